@@ -1,0 +1,278 @@
+"""`TextParallelEnv`: the PettingZoo parallel environment every task subclasses.
+
+Observations and actions are `str`. One episode is one task instance played
+for up to `num_turns` turns; every live agent acts at every turn. A subclass
+writes three methods and the base does the rest (seeding, histories, turn
+limits, clipping, malformed-action handling, `state()`, `clone()`, `render()`):
+
+    class Echo(TextParallelEnv):
+        metadata = {**TextParallelEnv.metadata, "name": "echo-v0", "num_tasks": 3}
+        WORDS = ["red", "green", "blue"]
+
+        def load_task(self, task_index):
+            i = task_index if task_index is not None else self.np_random.integers(3)
+            return {"word": self.WORDS[i]}
+
+        def prompts(self):
+            return {a: f"Say {self.task['word']!r}." for a in self.agents}
+
+        def score(self, actions):
+            hits = [self.task["word"] in text.lower() for text in actions.values()]
+            return float(all(hits)), all(hits)     # joint reward, task solved
+
+`score` returns `(rewards, terminated)`: `rewards` is one float (every agent
+gets it: a cooperative task) or a dict of per-agent floats. Text a task cannot
+parse is reported with `self.flag_invalid(agent, reason)`, never raised.
+
+Episode state lives in `self.task` (the instance, plus anything the task
+mutates) and the base's own fields, which `clone()` deep-copies; everything
+else (datasets, reward functions) is shared between clones.
+"""
+
+from __future__ import annotations
+
+import abc
+import copy
+from typing import Any
+
+import gymnasium
+import numpy as np
+from gymnasium.utils import seeding
+from pettingzoo import ParallelEnv
+
+from comlrl_env.spaces import TextSpace
+
+__all__ = ["AgentID", "TextParallelEnv"]
+
+AgentID = str
+
+_EPISODE_FIELDS = (
+    "agents",
+    "task",
+    "task_index",
+    "turn",
+    "np_random",
+    "prompt_history",
+    "response_history",
+    "last_actions",
+    "last_rewards",
+    "_observations",
+    "_step_infos",
+)
+
+
+class TextParallelEnv(ParallelEnv[AgentID, str, str], metaclass=abc.ABCMeta):
+    """Base class of text environments: `str` observations and actions, up to `num_turns` turns.
+
+    Args:
+        num_agents: Number of agents; ids are `agent_0 .. agent_{n-1}`.
+        num_turns: Turn limit; reaching it truncates the episode.
+        roles: Optional role name per agent (documentation and prompts).
+        max_observation_length: Observations are clipped to this many characters.
+        max_action_length: Longer actions are clipped (reported in `infos`).
+        render_mode: None or "ansi".
+    """
+
+    metadata: dict[str, Any] = {
+        "name": "text_env-v0",
+        "render_modes": ["ansi"],
+        "is_parallelizable": True,
+        "reward_structure": "cooperative",  # "cooperative" | "competitive" | "general"
+        "num_tasks": None,  # size of the finite task set, None when procedural
+    }
+    invalid_action_penalty: float = 0.0
+
+    def __init__(
+        self,
+        num_agents: int = 2,
+        num_turns: int = 1,
+        roles: list[str] | None = None,
+        max_observation_length: int = 16_384,
+        max_action_length: int = 16_384,
+        render_mode: str | None = None,
+    ) -> None:
+        if not isinstance(num_agents, int) or num_agents < 1:
+            raise ValueError(f"num_agents must be a positive int, got {num_agents!r}.")
+        if not isinstance(num_turns, int) or num_turns < 1:
+            raise ValueError(f"num_turns must be a positive int, got {num_turns!r}.")
+        if roles is not None and len(roles) != num_agents:
+            raise ValueError(
+                f"roles has {len(roles)} names for num_agents={num_agents}; give one role per agent."
+            )
+        if render_mode not in (None, "ansi"):
+            raise ValueError(f"render_mode must be None or 'ansi', got {render_mode!r}.")
+        self.possible_agents: list[AgentID] = [f"agent_{i}" for i in range(num_agents)]
+        self.agents: list[AgentID] = []
+        self.num_turns = num_turns
+        self.roles = list(roles) if roles is not None else [f"agent {i}" for i in range(num_agents)]
+        self.render_mode = render_mode
+        self._observation_space = TextSpace(max_observation_length)
+        self._action_space = TextSpace(max_action_length)
+        self.np_random, self.np_random_seed = seeding.np_random()
+        self.task: Any = None
+        self.task_index: int | None = None
+        self.turn = 0
+        self.prompt_history: dict[AgentID, list[str]] = {}
+        self.response_history: dict[AgentID, list[str]] = {}
+        self.last_actions: dict[AgentID, str] = {}
+        self.last_rewards: dict[AgentID, float] = {}
+        self._observations: dict[AgentID, str] = {}
+        self._step_infos: dict[AgentID, dict[str, Any]] = {}
+
+    # ----- what a task writes -------------------------------------------------
+
+    @abc.abstractmethod
+    def load_task(self, task_index: int | None) -> Any:
+        """Return task instance `task_index`, or one drawn with `self.np_random` when None."""
+
+    @abc.abstractmethod
+    def prompts(self) -> dict[AgentID, str]:
+        """Observation of every live agent at the current turn (`self.turn`, histories available)."""
+
+    @abc.abstractmethod
+    def score(self, actions: dict[AgentID, str]) -> tuple[float | dict[AgentID, float], bool]:
+        """Score one joint action: `(reward or {agent: reward}, task finished)`."""
+
+    def flag_invalid(self, agent: AgentID, reason: str) -> None:
+        """Report that `agent`'s action could not be parsed (a game outcome, not an error)."""
+        self._step_infos.setdefault(agent, {})["invalid_action"] = reason
+
+    # ----- PettingZoo API -------------------------------------------------------
+
+    @property
+    def num_tasks(self) -> int | None:
+        """Number of task instances (None for procedural tasks)."""
+        return self.metadata.get("num_tasks")
+
+    def observation_space(self, agent: AgentID) -> gymnasium.spaces.Text:
+        return self._observation_space
+
+    def action_space(self, agent: AgentID) -> gymnasium.spaces.Text:
+        return self._action_space
+
+    def reset(
+        self, seed: int | None = None, options: dict[str, Any] | None = None
+    ) -> tuple[dict[AgentID, str], dict[AgentID, dict[str, Any]]]:
+        """Start an episode: `options={"task_index": i}` picks instance i, else a seeded draw."""
+        if seed is not None:
+            self.np_random, self.np_random_seed = seeding.np_random(seed)
+        task_index = (options or {}).get("task_index")
+        if task_index is not None:
+            task_index = self._check_task_index(task_index)
+        self.task_index = task_index
+        self.agents = list(self.possible_agents)
+        self.turn = 0
+        self.prompt_history = {a: [] for a in self.agents}
+        self.response_history = {a: [] for a in self.agents}
+        self.last_actions, self.last_rewards, self._step_infos = {}, {}, {}
+        self.task = self.load_task(task_index)
+        self._observations = self._observe()
+        return dict(self._observations), {a: self._info(a) for a in self.agents}
+
+    def step(self, actions: dict[AgentID, str]) -> tuple[
+        dict[AgentID, str],
+        dict[AgentID, float],
+        dict[AgentID, bool],
+        dict[AgentID, bool],
+        dict[AgentID, dict[str, Any]],
+    ]:
+        """Play one joint action; malformed text is scored with the task's penalty."""
+        if not self.agents:
+            raise RuntimeError("step() called on a finished episode; call reset() first.")
+        unknown = set(actions) - set(self.agents)
+        if unknown:
+            raise ValueError(f"actions for agents not in the episode: {sorted(unknown)}; live: {self.agents}.")
+        self._step_infos = {a: {} for a in self.agents}
+        clean = {a: self._clean_action(a, actions.get(a)) for a in self.agents}
+        for a in self.agents:
+            self.prompt_history[a].append(self._observations[a])
+            self.response_history[a].append(clean[a])
+        rewards, terminated = self.score(clean)
+        if not isinstance(rewards, dict):
+            rewards = {a: rewards for a in self.agents}
+        rewards = {a: float(rewards[a]) for a in self.agents}
+        for a in self.agents:
+            if "invalid_action" in self._step_infos[a] and self.invalid_action_penalty:
+                rewards[a] -= self.invalid_action_penalty
+        self.last_actions, self.last_rewards = clean, rewards
+        self.turn += 1
+        truncated = not terminated and self.turn >= self.num_turns
+        done = terminated or truncated
+        if not done:
+            self._observations = self._observe()
+        infos = {a: self._info(a) for a in self.agents}
+        observations = dict(self._observations)
+        terminations = {a: bool(terminated) for a in self.agents}
+        truncations = {a: bool(truncated) for a in self.agents}
+        if done:
+            self.agents = []
+        return observations, rewards, terminations, truncations, infos
+
+    def state(self) -> str:
+        """Joint text: every agent's observation, then (after a step) the last joint action."""
+        parts = [f"[{a}]\n{self._observations.get(a, '')}" for a in self.possible_agents]
+        if self.last_actions:
+            parts.append("[joint action]")
+            parts += [f"[{a} action]\n{self.last_actions.get(a, '')}" for a in self.possible_agents]
+        return "\n\n".join(parts)
+
+    def clone(self) -> "TextParallelEnv":
+        """An independent copy at the same state (shares datasets and reward functions)."""
+        twin = copy.copy(self)
+        for name in _EPISODE_FIELDS:
+            setattr(twin, name, copy.deepcopy(getattr(self, name)))
+        return twin
+
+    def render(self) -> str | None:
+        if self.render_mode != "ansi":
+            return None
+        lines = [f"== {self.metadata.get('name')} turn {self.turn}/{self.num_turns} =="]
+        for a in self.possible_agents:
+            lines.append(f"[{a}] obs: {self._observations.get(a, '')!r}")
+            if a in self.last_actions:
+                lines.append(f"[{a}] act: {self.last_actions[a]!r} reward={self.last_rewards.get(a)}")
+        return "\n".join(lines)
+
+    def close(self) -> None:
+        pass
+
+    # ----- internals ------------------------------------------------------------
+
+    def _check_task_index(self, task_index: Any) -> int:
+        if isinstance(task_index, bool) or not isinstance(task_index, (int, np.integer)):
+            raise TypeError(f"options['task_index'] must be an int, got {task_index!r}.")
+        n = self.num_tasks
+        if task_index < 0 or (n is not None and task_index >= n):
+            raise ValueError(f"task_index {task_index} is out of range; this env has {n} task instances.")
+        return int(task_index)
+
+    def _observe(self) -> dict[AgentID, str]:
+        limit = self._observation_space.max_length
+        observations = {}
+        for a, text in self.prompts().items():
+            if len(text) > limit:
+                self._step_infos.setdefault(a, {})["observation_clipped"] = len(text)
+                text = text[:limit]
+            observations[a] = text
+        return observations
+
+    def _clean_action(self, agent: AgentID, action: Any) -> str:
+        if action is None:
+            self.flag_invalid(agent, "no action given")
+            return ""
+        if not isinstance(action, str):
+            self.flag_invalid(agent, f"action is a {type(action).__name__}, not a str")
+            return ""
+        limit = self._action_space.max_length
+        if len(action) > limit:
+            self._step_infos[agent]["action_clipped"] = len(action)
+            action = action[:limit]
+        return action
+
+    def _info(self, agent: AgentID) -> dict[str, Any]:
+        info = dict(self._step_infos.get(agent, {}))
+        info["turn"] = self.turn
+        info["task_index"] = self.task_index
+        info["prompt_history"] = list(self.prompt_history.get(agent, []))
+        info["response_history"] = list(self.response_history.get(agent, []))
+        return info

@@ -1,0 +1,98 @@
+"""Environment registry: `register`, `make`, `spec` and the `registry` mapping.
+
+Ids look like gymnasium's: `[namespace/]Name-vN`. A change in a task's
+behaviour bumps N, so results stay comparable across releases. Every id is
+also registered in PettingZoo's own registry when the installed PettingZoo
+has one (`pettingzoo.make("parallel", id)` then works too).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import difflib
+import importlib
+import re
+import warnings
+from typing import Any, Callable
+
+import pettingzoo
+
+from comlrl_env.base import TextParallelEnv
+
+__all__ = ["EnvNotFound", "EnvSpec", "make", "register", "registry", "spec"]
+
+_ID = re.compile(r"^(?:(?P<namespace>[\w.-]+)/)?(?P<name>[\w.:-]+?)-v(?P<version>\d+)$")
+
+
+class EnvNotFound(KeyError):
+    """Raised by `make` / `spec` for an id that is not registered."""
+
+    def __str__(self) -> str:  # KeyError would print the message in quotes
+        return str(self.args[0])
+
+
+@dataclasses.dataclass(frozen=True)
+class EnvSpec:
+    """What `make(id)` builds: the entry point and its default keyword arguments."""
+
+    id: str
+    entry_point: Callable[..., TextParallelEnv] | str
+    kwargs: dict[str, Any] = dataclasses.field(default_factory=dict)
+
+    @property
+    def namespace(self) -> str | None:
+        return _ID.match(self.id)["namespace"]
+
+    @property
+    def name(self) -> str:
+        return _ID.match(self.id)["name"]
+
+    @property
+    def version(self) -> int:
+        return int(_ID.match(self.id)["version"])
+
+    def make(self, **kwargs: Any) -> TextParallelEnv:
+        """Build the environment with the spec's defaults overridden by `kwargs`."""
+        factory = self.entry_point
+        if isinstance(factory, str):
+            module, _, attr = factory.partition(":")
+            factory = getattr(importlib.import_module(module), attr)
+        env = factory(**{**self.kwargs, **kwargs})
+        env.spec = dataclasses.replace(self, kwargs={**self.kwargs, **kwargs})
+        return env
+
+
+registry: dict[str, EnvSpec] = {}
+
+
+def register(id: str, entry_point: Callable[..., TextParallelEnv] | str, **defaults: Any) -> EnvSpec:
+    """Register `entry_point` (a class, factory or "module:attr") under a versioned id."""
+    if not isinstance(id, str) or not _ID.match(id):
+        raise ValueError(f"env id {id!r} must look like 'namespace/Name-vN' or 'Name-vN' (e.g. 'coop/Echo-v0').")
+    if not (callable(entry_point) or (isinstance(entry_point, str) and ":" in entry_point)):
+        raise TypeError(f"entry_point for {id!r} must be callable or 'module:attr', got {entry_point!r}.")
+    if id in registry:
+        warnings.warn(f"Overriding environment {id!r} in the comlrl_env registry.", stacklevel=2)
+    registry[id] = new = EnvSpec(id, entry_point, dict(defaults))
+    if hasattr(pettingzoo, "register"):
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            pettingzoo.register("parallel", id, entry_point, kwargs=dict(defaults))
+    return new
+
+
+def spec(id: str) -> EnvSpec:
+    """The `EnvSpec` of `id`; without `-vN`, the latest registered version."""
+    if id in registry:
+        return registry[id]
+    versions = [s for s in registry.values() if s.id.rsplit("-v", 1)[0] == id]
+    if versions:
+        return max(versions, key=lambda s: s.version)
+    close = difflib.get_close_matches(id, list(registry), n=5, cutoff=0.4)
+    hint = f" Did you mean: {', '.join(close)}?" if close else ""
+    raise EnvNotFound(f"No environment registered as {id!r}.{hint} Registered ids: {', '.join(sorted(registry))}.")
+
+
+def make(id: str, **kwargs: Any) -> TextParallelEnv:
+    """Build a registered environment: `make("coop/Echo-v0", num_agents=2)`."""
+    return spec(id).make(**kwargs)
