@@ -64,6 +64,9 @@ _EPISODE_FIELDS = (
 class TextParallelEnv(ParallelEnv[AgentID, str, str], metaclass=abc.ABCMeta):
     """Base class of text environments: `str` observations and actions, up to `num_turns` turns.
 
+    `invalid_action_penalty` is subtracted once per flagged agent: from every
+    agent in a cooperative task, from the offender otherwise.
+
     Args:
         num_agents: Number of agents; ids are `agent_0 .. agent_{n-1}`.
         num_turns: Turn limit; reaching it truncates the episode.
@@ -191,9 +194,13 @@ class TextParallelEnv(ParallelEnv[AgentID, str, str], metaclass=abc.ABCMeta):
         if not isinstance(rewards, dict):
             rewards = {a: rewards for a in self.agents}
         rewards = {a: float(rewards[a]) for a in self.agents}
-        for a in self.agents:
-            if "invalid_action" in self._step_infos[a] and self.invalid_action_penalty:
-                rewards[a] -= self.invalid_action_penalty
+        offenders = [a for a in self.agents if "invalid_action" in self._step_infos[a]]
+        if offenders and self.invalid_action_penalty:
+            # A cooperative team shares every penalty; otherwise only the offender pays.
+            shared = self.metadata.get("reward_structure") == "cooperative"
+            for a in self.agents:
+                count = len(offenders) if shared else int(a in offenders)
+                rewards[a] -= count * self.invalid_action_penalty
         self.last_actions, self.last_rewards = clean, rewards
         self.turn += 1
         truncated = not terminated and self.turn >= self.num_turns

@@ -1,0 +1,75 @@
+"""coop/GuessNumber-v0: agents jointly find a hidden number with higher/lower feedback.
+
+Agents and roles: `num_agents` guessers (default 2), symmetric.
+
+Observation: the range of the hidden integer; from turn 2 on, the previous
+joint guess (the mean of the agents' numbers) and whether it was too high or
+too low, plus the agent's own previous answer.
+
+Action: text containing an integer; the first integer found is the guess.
+
+Reward (cooperative, every agent gets it): `1 - |mean guess - target| /
+(high - low)` in [0, 1]. An agent whose text has no integer guesses the middle
+of the range, is flagged `invalid_action` and costs the team 0.1.
+
+Termination: when the rounded joint guess equals the target; truncation after
+`num_turns` turns (default 4).
+
+Versions: v0, initial.
+"""
+
+from __future__ import annotations
+
+import re
+
+import numpy as np
+
+from comlrl_env.base import AgentID, TextParallelEnv
+
+_INT = re.compile(r"-?\d+")
+
+
+class GuessNumber(TextParallelEnv):
+    """Multi-turn cooperative guessing; the next observation carries feedback on the last joint guess."""
+
+    metadata = {**TextParallelEnv.metadata, "name": "coop/GuessNumber-v0", "num_tasks": None}
+    invalid_action_penalty = 0.1
+
+    def __init__(self, num_agents: int = 2, num_turns: int = 4, low: int = 0, high: int = 99, **kwargs) -> None:
+        super().__init__(num_agents=num_agents, num_turns=num_turns, **kwargs)
+        if high <= low:
+            raise ValueError(f"high must exceed low, got low={low}, high={high}.")
+        self.low, self.high = low, high
+
+    def load_task(self, task_index: int | None) -> dict:
+        # Procedural: instance i is the draw of a generator seeded with i.
+        rng = self.np_random if task_index is None else np.random.default_rng(task_index)
+        target = int(rng.integers(self.low, self.high + 1))
+        return {"target": target, "feedback": ""}
+
+    def prompts(self) -> dict[AgentID, str]:
+        head = f"Guess the hidden integer between {self.low} and {self.high}. Answer with one number.\n"
+        if self.turn == 0:
+            return {a: head for a in self.agents}
+        return {
+            a: f"{head}{self.task['feedback']}\nYour last answer: {self.response_history[a][-1][:200]}\n"
+            for a in self.agents
+        }
+
+    def score(self, actions: dict[AgentID, str]) -> tuple[float, bool]:
+        guesses = []
+        for agent, text in actions.items():
+            match = _INT.search(text[:1000])
+            if match is None:
+                self.flag_invalid(agent, "no integer in the answer")
+                guesses.append((self.low + self.high) / 2)
+            else:
+                guesses.append(min(max(int(match.group()[:12]), self.low), self.high))
+        joint = sum(guesses) / len(guesses)
+        target = self.task["target"]
+        if round(joint) == target:
+            self.task["feedback"] = f"The joint guess {joint:g} is correct."
+        else:
+            direction = "too high" if joint > target else "too low"
+            self.task["feedback"] = f"The joint guess {joint:g} was {direction}."
+        return 1.0 - abs(joint - target) / (self.high - self.low), round(joint) == target
