@@ -1,0 +1,168 @@
+"""Loading agents and their tokenizers: the seed system's rules, shared by every learner.
+
+- Homogeneous: `agent_model` (a hub id or local dir) and `num_agents`: each agent
+  gets its own copy of the weights.
+- Heterogeneous: `agents`, a list of ids, local dirs or loaded models (the same
+  object twice means shared parameters, each agent keeping its own optimizer).
+- Both: every name in `agents` must equal `agent_model`, and the list must have
+  one entry per agent.
+- Tokenizers load from ids and dirs; loaded model objects need `tokenizer`
+  (one for all, or one per agent). A missing pad token falls back to EOS.
+
+`model_config` keys: `dtype` (or `torch_dtype`), `attn_implementation`,
+`model_kwargs` (extra `from_pretrained` arguments) and `special_tokens` (added
+to each tokenizer; embeddings are resized when the vocabulary grows).
+"""
+
+from __future__ import annotations
+
+import os
+from typing import Any, Sequence
+
+import torch
+from transformers import AutoModelForCausalLM, AutoTokenizer, PreTrainedModel, PreTrainedTokenizerBase
+
+__all__ = ["load_agents", "model_name", "load_causal_lm", "prepare_tokenizer"]
+
+_MODEL_CONFIG_KEYS = {"dtype", "torch_dtype", "attn_implementation", "model_kwargs", "special_tokens",
+                      "critic_model_kwargs", "critic_value_head_hidden_dim"}
+
+
+def model_name(source: Any) -> str | None:
+    """The id or directory a model came from (None for an object without one)."""
+    if isinstance(source, (str, os.PathLike)):
+        return os.fspath(source)
+    name = getattr(source, "name_or_path", None) or getattr(getattr(source, "config", None), "_name_or_path", None)
+    return name or None
+
+
+def load_agents(
+    agent_model: Any = None,
+    agents: Sequence[Any] | None = None,
+    num_agents: int | None = None,
+    tokenizer: Any = None,
+    model_config: dict[str, Any] | None = None,
+) -> tuple[list[PreTrainedModel], list[PreTrainedTokenizerBase]]:
+    """Resolve and load the agents and one tokenizer per agent (validation happens before any load)."""
+    sources = resolve_sources("agent", agent_model, agents, num_agents)
+    tokenizers = resolve_tokenizers(sources, tokenizer)
+    model_config = dict(model_config or {})
+    check_model_config(model_config)
+    models = [load_causal_lm(s, model_config) for s in sources]
+    for model, tok in zip(models, tokenizers):
+        prepare_tokenizer(tok, model_config.get("special_tokens"))
+        _fit_model_to_tokenizer(model, tok)
+    return models, tokenizers
+
+
+def resolve_sources(kind: str, model: Any, models: Sequence[Any] | None, count: int | None) -> list[Any]:
+    """Apply the homogeneous/heterogeneous rules; return one source (id, dir or object) per slot."""
+    plural = f"{kind}s"
+    if count is not None and (isinstance(count, bool) or not isinstance(count, int) or count < 1):
+        raise ValueError(f"num_{plural} must be a positive int, got {count!r}.")
+    if model is None and models is None:
+        raise ValueError(f"Either {kind}_model or {plural} must be provided (an id, a local dir or a loaded model).")
+    if models is not None:
+        if isinstance(models, (str, os.PathLike)) or not isinstance(models, Sequence):
+            raise TypeError(f"{plural} must be a list of ids, dirs or models, got {models!r}; use {kind}_model= for one.")
+        models = list(models)
+        if any(m is None for m in models):
+            raise ValueError(f"{plural} entries must not be None, got {models!r}.")
+        if count is not None and len(models) != count:
+            raise ValueError(
+                f"{plural} has {len(models)} entries but num_{plural}={count}; give one entry per {kind}."
+            )
+        if model is not None:
+            expected = model_name(model)
+            names = [model_name(m) for m in models]
+            if expected is None or any(n is None for n in names):
+                raise ValueError(
+                    f"Cannot check {kind}_model against {plural}: a model object has no name. Pass only {plural}."
+                )
+            if any(n != expected for n in names):
+                raise ValueError(
+                    f"{kind}_model={expected!r} conflicts with {plural}={names!r}: when both are given every name "
+                    f"must match. Pass only {plural} for heterogeneous {plural}."
+                )
+        return models
+    if isinstance(model, (list, tuple)):
+        raise TypeError(f"{kind}_model must be one id, dir or model; pass a list as {plural}=.")
+    n = count if count is not None else 1
+    if not isinstance(model, (str, os.PathLike)) and n > 1:
+        raise ValueError(
+            f"{kind}_model is a loaded model object but num_{plural}={n}: pass a model id or dir to load "
+            f"independent copies, or {plural}=[model] * {n} to share its parameters."
+        )
+    return [model] * n
+
+
+def resolve_tokenizers(sources: list[Any], tokenizer: Any) -> list[PreTrainedTokenizerBase]:
+    """One tokenizer per source: given (one or a list) or loaded from the source's id/dir."""
+    if isinstance(tokenizer, (list, tuple)):
+        if len(tokenizer) != len(sources):
+            raise ValueError(f"got {len(tokenizer)} tokenizers for {len(sources)} models; give one or one per model.")
+        return list(tokenizer)
+    if tokenizer is not None:
+        return [tokenizer] * len(sources)
+    objects = [i for i, s in enumerate(sources) if not isinstance(s, (str, os.PathLike))]
+    if objects:
+        raise ValueError(
+            f"models {objects} are loaded objects, so their tokenizers cannot be loaded automatically: "
+            "pass tokenizer= (one tokenizer, or a list with one per model)."
+        )
+    cache: dict[str, PreTrainedTokenizerBase] = {}
+    out = []
+    for s in sources:
+        key = os.fspath(s)
+        if key not in cache:
+            cache[key] = AutoTokenizer.from_pretrained(key)
+        out.append(cache[key])
+    return out
+
+
+def check_model_config(model_config: dict[str, Any]) -> None:
+    """Reject unknown model_config keys before anything loads."""
+    unknown = sorted(set(model_config) - _MODEL_CONFIG_KEYS)
+    if unknown:
+        raise ValueError(f"unknown model_config keys {unknown}; known keys: {sorted(_MODEL_CONFIG_KEYS)}.")
+    dtype = model_config.get("dtype", model_config.get("torch_dtype"))
+    if isinstance(dtype, str) and dtype != "auto" and not isinstance(getattr(torch, dtype, None), torch.dtype):
+        raise ValueError(f"model_config dtype {dtype!r} is not a torch dtype (e.g. 'float32', 'bfloat16').")
+
+
+def load_causal_lm(source: Any, model_config: dict[str, Any], kwargs_key: str = "model_kwargs") -> PreTrainedModel:
+    """Load a causal LM from an id/dir with `model_config`, or return a loaded model as is."""
+    if not isinstance(source, (str, os.PathLike)):
+        if not isinstance(source, torch.nn.Module):
+            raise TypeError(f"expected a model id, a local dir or a loaded model, got {type(source).__name__}.")
+        return source
+    kwargs = dict(model_config.get(kwargs_key) or {})
+    dtype = model_config.get("dtype", model_config.get("torch_dtype"))
+    if dtype is not None:
+        kwargs.setdefault("dtype", getattr(torch, dtype) if isinstance(dtype, str) and dtype != "auto" else dtype)
+    if "attn_implementation" in model_config:
+        kwargs.setdefault("attn_implementation", model_config["attn_implementation"])
+    try:
+        return AutoModelForCausalLM.from_pretrained(os.fspath(source), **kwargs)
+    except OSError as exc:
+        raise ValueError(f"could not load a causal LM from {os.fspath(source)!r}: {exc}") from exc
+
+
+def prepare_tokenizer(tokenizer: PreTrainedTokenizerBase, special_tokens: dict[str, Any] | None = None) -> None:
+    """Add `special_tokens`, fall back pad -> EOS, pad and truncate on the left (generation)."""
+    if special_tokens:
+        tokenizer.add_special_tokens(special_tokens)
+    if tokenizer.pad_token_id is None:
+        if tokenizer.eos_token is None:
+            raise ValueError(f"tokenizer {tokenizer.name_or_path!r} has neither a pad nor an EOS token; set one.")
+        tokenizer.pad_token = tokenizer.eos_token
+    tokenizer.padding_side = "left"
+    tokenizer.truncation_side = "left"  # an over-long prompt keeps its end, where the question is
+
+
+def _fit_model_to_tokenizer(model: PreTrainedModel, tokenizer: PreTrainedTokenizerBase) -> None:
+    if len(tokenizer) > model.get_input_embeddings().weight.shape[0]:
+        model.resize_token_embeddings(len(tokenizer))
+    model.config.pad_token_id = tokenizer.pad_token_id
+    if model.config.eos_token_id is None:
+        model.config.eos_token_id = tokenizer.eos_token_id

@@ -1,0 +1,488 @@
+"""`Learner`, the one shallow base class of every learner, and the fields all configs share.
+
+The base owns what every algorithm needs and nothing algorithmic:
+
+- the task source: an env id, an env instance or factory, or `train_dataset` +
+  `reward_func` wrapped into a `DatasetEnv`;
+- agent loading (`learners.agents`), devices, one AdamW and LR schedule per agent;
+- the data order: each epoch visits every task instance of a finite env in a
+  seeded shuffled order (or `episodes_per_epoch` seeded draws of a procedural
+  env), in batches of `rollout_buffer_size` instances;
+- the `learn()` loop (`step()` is the algorithm), evaluation, logging,
+  `save_model()` and training checkpoints.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import math
+import os
+import random
+import time
+import uuid
+from typing import Any, Callable, Iterator, Sequence
+
+import numpy as np
+import torch
+from transformers import PreTrainedModel, PreTrainedTokenizerBase
+
+import comlrl_env
+from comlrl_env import DatasetEnv, TextParallelEnv
+from learners.agents import load_agents, model_name
+from learners.logger import RunLogger
+from learners.rollout import GenerationSettings, Rollout, RolloutEngine
+
+__all__ = ["Learner", "LearnerConfig"]
+
+LIBRARY_VERSION = comlrl_env.__version__
+
+
+@dataclasses.dataclass
+class LearnerConfig:
+    """Fields every learner config shares (the reference library's names and meanings)."""
+
+    num_train_epochs: int = 20
+    """Passes over the task instances. Counts the whole run, also when resuming."""
+    agent_learning_rate: float = 5e-6
+    """AdamW learning rate of every agent."""
+    num_agents: int | None = None
+    """Number of agents; None takes it from the constructor (`num_agents` or `len(agents)`)."""
+    num_turns: int = 1
+    """Turns per episode (default 1; the reference defaulted to 2, which failed without a transition)."""
+    discount: float = 1.0
+    """Discount of later turns' rewards in returns (applied; the reference ignored it)."""
+    max_new_tokens: int = 256
+    temperature: float = 0.6
+    top_p: float = 0.6
+    top_k: int | None = 50
+    """Top-k sampling; None disables it."""
+    early_termination_threshold: float | None = None
+    """End a multi-turn episode once a turn's mean reward exceeds this (default off; the reference's -0.2
+    silently disabled later turns for non-negative rewards)."""
+    external_prompt_passthrough: bool = False
+    """Use the transition's prompts verbatim instead of passing them through the formatters."""
+    rollout_buffer_size: int = 2
+    """Task instances rolled out together (one batched generate per agent per turn)."""
+    train_batch_size: int | None = None
+    """Groups (tree nodes or task instances per turn) per optimizer step; None = all groups of a rollout."""
+    logging_steps: int = 1
+    """Log training metrics every this many rollouts."""
+    eval_interval: int = 16
+    """Evaluate every this many rollouts, and at the end; 0 = only when `evaluate()` is called."""
+    eval_num_samples: int = 4
+    """Evaluation episodes (task instances); 0 evaluates nothing."""
+    eval_batch_size: int = 8
+    """Evaluation episodes played together."""
+    eval_greedy: bool = False
+    """Greedy decoding in evaluation (the reference could only sample)."""
+    parallel_training: str = "none"
+    """"none" or "mp" (agents on distinct devices); accepted for compatibility."""
+    agent_devices: str | list[str] | None = None
+    """Device of every agent (a string), or one per agent; None: cuda:0 if available, else cpu."""
+    max_grad_norm: float | None = 1.0
+    """Clip each agent's gradient norm; None disables clipping."""
+    lr_scheduler_type: str = "constant"
+    """"constant", "linear" or "cosine" decay over the run's rollouts, after `warmup_steps` rollouts."""
+    warmup_steps: int = 0
+    weight_decay: float = 0.0
+    seed: int = 0
+    """Seeds the data order, sampling and environments."""
+    shuffle: bool = True
+    """Visit task instances in a fresh seeded order every epoch (False: dataset order)."""
+    episodes_per_epoch: int | None = None
+    """Task instances per epoch; None = all of a finite env, 64 draws of a procedural one."""
+    use_chat_template: bool = False
+    """Render each observation with the agent tokenizer's chat template."""
+    stop_strings: list[str] | None = None
+    max_prompt_length: int | None = None
+    """Truncate prompts (from the left) to this many tokens; None keeps them whole."""
+    generation_kwargs: dict[str, Any] = dataclasses.field(default_factory=dict)
+    """Extra `generate` arguments for training and evaluation."""
+    output_dir: str | None = None
+    """Where `metrics.jsonl` is written; None writes no file."""
+    verbose: bool = True
+    """Show the progress bar."""
+
+    def __post_init__(self) -> None:
+        _positive(self, "num_train_epochs", "agent_learning_rate", "num_turns", "max_new_tokens",
+                  "rollout_buffer_size", "logging_steps", "eval_batch_size")
+        _positive(self, "num_agents", "train_batch_size", "episodes_per_epoch", "max_prompt_length",
+                  "top_k", allow_none=True)
+        for name in ("eval_interval", "eval_num_samples", "warmup_steps"):
+            if getattr(self, name) < 0:
+                raise ValueError(f"{name} must be >= 0, got {getattr(self, name)}.")
+        if not 0.0 <= self.discount <= 1.0:
+            raise ValueError(f"discount must be in [0, 1], got {self.discount}.")
+        if self.temperature <= 0:
+            raise ValueError(f"temperature must be > 0, got {self.temperature}; use eval_greedy for greedy decoding.")
+        if not 0.0 < self.top_p <= 1.0:
+            raise ValueError(f"top_p must be in (0, 1], got {self.top_p}.")
+        if self.lr_scheduler_type not in ("constant", "linear", "cosine"):
+            raise ValueError(f"lr_scheduler_type must be 'constant', 'linear' or 'cosine', got {self.lr_scheduler_type!r}.")
+        if self.parallel_training in ("null", None):
+            self.parallel_training = "none"
+        if self.parallel_training not in ("none", "mp"):
+            raise ValueError(f"parallel_training must be 'none' or 'mp', got {self.parallel_training!r}.")
+        if self.max_grad_norm is not None and self.max_grad_norm <= 0:
+            raise ValueError(f"max_grad_norm must be > 0 or None, got {self.max_grad_norm}.")
+
+
+def _positive(cfg: Any, *names: str, allow_none: bool = False) -> None:
+    for name in names:
+        value = getattr(cfg, name)
+        if value is None and allow_none:
+            continue
+        if isinstance(value, bool) or not isinstance(value, (int, float)) or value <= 0:
+            raise ValueError(f"{name} must be a positive number, got {value!r}.")
+
+
+class Learner:
+    """Base of MAGRPO, IAC, MAAC and MARLHF: builds the env and agents, runs `learn()`.
+
+    Subclasses set `config_class` and implement `step(roots) -> dict[str, float]`:
+    collect a rollout from freshly reset environments, update, return metrics.
+    """
+
+    config_class: type[LearnerConfig] = LearnerConfig
+    name = "learner"
+
+    def __init__(
+        self,
+        *,
+        env: str | TextParallelEnv | Callable[[], TextParallelEnv] | None = None,
+        train_dataset: Sequence[dict[str, Any]] | None = None,
+        reward_func: Callable[..., Any] | None = None,
+        agent_model: Any = None,
+        agents: Sequence[Any] | None = None,
+        num_agents: int | None = None,
+        tokenizer: Any = None,
+        model_config: dict[str, Any] | None = None,
+        formatters: Any = None,
+        external_transition: Callable[..., Sequence[str]] | None = None,
+        reward_processor: Callable[[float], float] | None = None,
+        eval_env: str | TextParallelEnv | Callable[[], TextParallelEnv] | None = None,
+        eval_dataset: Sequence[dict[str, Any]] | None = None,
+        wandb_config: dict[str, Any] | None = None,
+        callbacks: Sequence[Any] | None = None,
+        eval_logger: Callable[..., list[dict[str, float]]] | None = None,
+        eval_aggregator: Callable[..., dict[str, float]] | None = None,
+        args: LearnerConfig | None = None,
+    ) -> None:
+        # Everything cheap is validated before any model loads.
+        self.args = args if args is not None else self.config_class()
+        if not isinstance(self.args, self.config_class):
+            raise TypeError(f"args must be a {self.config_class.__name__}, got {type(self.args).__name__}.")
+        cfg = self.args
+        if (eval_logger is None) != (eval_aggregator is None):
+            raise ValueError("eval_logger and eval_aggregator work together: pass both or neither.")
+        count = _agent_count(num_agents, agents, cfg.num_agents)
+        self.env = self._build_env(env, train_dataset, reward_func, count, formatters, external_transition,
+                                   reward_processor, "env")
+        if len(self.env.possible_agents) != count:
+            raise ValueError(
+                f"the environment has {len(self.env.possible_agents)} agents but {count} were configured "
+                f"(num_agents / agents); make them equal."
+            )
+        if eval_env is not None or eval_dataset is not None:
+            self.eval_env = self._build_env(eval_env, eval_dataset, reward_func, count, formatters,
+                                            external_transition, reward_processor, "eval_env")
+        else:
+            self.eval_env = self.env
+        self.num_agents = count
+        self.reward_func = reward_func
+        self.callbacks = list(callbacks or [])
+        self.eval_logger, self.eval_aggregator = eval_logger, eval_aggregator
+        self.wandb_config = wandb_config
+        self.devices = _resolve_devices(cfg.agent_devices, count)
+        self.model_config = dict(model_config or {})
+        self._validate()
+
+        self.agents, self.tokenizers = load_agents(agent_model, agents, count if agents is None else None,
+                                                   tokenizer, self.model_config)
+        self.agent_names = [model_name(a) for a in (agents if agents is not None else [agent_model] * count)]
+        for model, device in zip(self.agents, self.devices):
+            model.to(device)
+        self.engine = RolloutEngine(self.agents, self.tokenizers, GenerationSettings(
+            max_new_tokens=cfg.max_new_tokens, temperature=cfg.temperature, top_p=cfg.top_p, top_k=cfg.top_k,
+            use_chat_template=cfg.use_chat_template, stop_strings=cfg.stop_strings,
+            max_prompt_length=cfg.max_prompt_length, generation_kwargs=dict(cfg.generation_kwargs),
+        ))
+        self.optimizers = [self._optimizer(m.parameters(), cfg.agent_learning_rate) for m in self.agents]
+        self.schedulers = [self._scheduler(o) for o in self.optimizers]
+        self.run_id = uuid.uuid4().hex
+        self.env_steps = 0  # joint actions played (the x-axis of every metric)
+        self.epoch = 0
+        self.batch_in_epoch = 0
+        self.rollouts_done = 0
+        self.logger = RunLogger(cfg.output_dir, wandb_config, self._run_config(), cfg.verbose)
+
+    # ----- what a learner writes -------------------------------------------------
+
+    def _validate(self) -> None:
+        """Learner-specific checks that must run before models load."""
+
+    def step(self, roots: list[TextParallelEnv]) -> dict[str, float]:
+        """Roll out the reset environments `roots`, update the agents, return metrics."""
+        raise NotImplementedError
+
+    # ----- the training loop -----------------------------------------------------
+
+    def learn(
+        self,
+        checkpoint_dir: str | None = None,
+        checkpoint_interval: int = 1,
+        resume_from_checkpoint: str | None = None,
+        checkpoint_total_limit: int | None = None,
+    ) -> dict[str, float]:
+        """Train for `num_train_epochs` epochs; returns the last evaluation metrics (or training metrics)."""
+        from learners.checkpoint import CheckpointManager  # checkpoint imports this module
+
+        cfg = self.args
+        ckpt = CheckpointManager(self, checkpoint_dir, checkpoint_interval, checkpoint_total_limit)
+        if resume_from_checkpoint is not None:
+            ckpt.resume(resume_from_checkpoint)
+        batches_per_epoch = math.ceil(self._epoch_size(self.env) / cfg.rollout_buffer_size)
+        total = cfg.num_train_epochs * batches_per_epoch
+        self.logger.start(total=total, initial=self.epoch * batches_per_epoch + self.batch_in_epoch)
+        self._callback("on_learn_begin")
+        last: dict[str, float] = {}
+        try:
+            while self.epoch < cfg.num_train_epochs:
+                order = self._epoch_order(self.env, self.epoch)
+                batches = [order[i:i + cfg.rollout_buffer_size] for i in range(0, len(order), cfg.rollout_buffer_size)]
+                while self.batch_in_epoch < len(batches):
+                    roots = self._reset_roots(self.env, batches[self.batch_in_epoch])
+                    metrics = self.step(roots)
+                    for s in self.schedulers:
+                        s.step()
+                    self.batch_in_epoch += 1
+                    self.rollouts_done += 1
+                    metrics["train/epoch"] = self.epoch + self.batch_in_epoch / len(batches)
+                    if self.rollouts_done % cfg.logging_steps == 0:
+                        self.logger.log(metrics, self.env_steps, advance=1)
+                    else:
+                        self.logger.log({}, self.env_steps, advance=1)
+                    last = metrics
+                    self._callback("on_step_end", metrics)
+                    if cfg.eval_interval and self.rollouts_done % cfg.eval_interval == 0:
+                        last = self.evaluate()
+                    ckpt.after_step()
+                self.epoch += 1
+                self.batch_in_epoch = 0
+                self._callback("on_epoch_end")
+                ckpt.after_epoch(final=self.epoch == cfg.num_train_epochs)
+            if cfg.eval_interval and self.rollouts_done % cfg.eval_interval != 0:
+                last = self.evaluate()
+            self._callback("on_learn_end")
+        finally:
+            self.logger.close()
+        return last
+
+    def train(self, *args: Any, **kwargs: Any) -> dict[str, float]:
+        """Alias of `learn()` (the seed system's name)."""
+        return self.learn(*args, **kwargs)
+
+    # ----- evaluation ------------------------------------------------------------
+
+    def evaluate(self, num_eval_samples: int | None = None, greedy: bool | None = None) -> dict[str, float]:
+        """Play `num_eval_samples` episodes with one sample per agent per turn; return `eval/*` metrics.
+
+        Metrics: `eval/reward_mean` (mean episode return over agents), `eval/agent_{i}/return_mean`,
+        `eval/turn_{t}/reward_mean`, `eval/turn_{t}/expected_return`, `eval/invalid_action_rate`, and
+        `eval/<key>` from `eval_logger` + `eval_aggregator`.
+        """
+        cfg = self.args
+        n = cfg.eval_num_samples if num_eval_samples is None else num_eval_samples
+        greedy = cfg.eval_greedy if greedy is None else greedy
+        if n <= 0:
+            return {}
+        env = self.eval_env
+        order = self._epoch_order(env, epoch=-1, limit=n, shuffle=False)
+        episode_returns, turn_rewards, turn_returns, invalid, joints = [], {}, {}, 0.0, 0
+        completions: list[list[list[str]]] = [[[] for _ in range(n)] for _ in range(self.num_agents)]
+        items, first_prompts = [], []
+        for start in range(0, n, cfg.eval_batch_size):
+            chunk = order[start:start + cfg.eval_batch_size]
+            roots = self._reset_roots(env, chunk)
+            items += [r.task.get("item", r.task) if isinstance(r.task, dict) else r.task for r in roots]
+            first_prompts += [r._observations[r.possible_agents[0]] for r in roots]
+            rollout = self.engine.collect(roots, 1, "parallel", "aligned", cfg.discount, greedy=greedy)
+            episode_returns.append(rollout.episode_returns)
+            invalid += float(rollout.invalid_actions.sum())
+            joints += rollout.num_joint_actions
+            for t in rollout.turn.unique().tolist():
+                at = rollout.turn == t
+                turn_rewards.setdefault(t, []).append(rollout.rewards[:, at])
+                turn_returns.setdefault(t, []).append(rollout.returns[:, at])
+            for a in range(self.num_agents):
+                for row in range(rollout.num_samples):
+                    completions[a][start + int(rollout.task[row])].append(rollout.samples[a].completions[row])
+        returns = torch.cat(episode_returns, 1)  # (A, n)
+        metrics = {"eval/reward_mean": float(returns.mean())}
+        for a in range(self.num_agents):
+            metrics[f"eval/agent_{a}/return_mean"] = float(returns[a].mean())
+        for t in sorted(turn_rewards):
+            metrics[f"eval/turn_{t + 1}/reward_mean"] = float(torch.cat(turn_rewards[t], 1).mean())
+            metrics[f"eval/turn_{t + 1}/expected_return"] = float(torch.cat(turn_returns[t], 1).mean())
+        metrics["eval/invalid_action_rate"] = invalid / max(joints * self.num_agents, 1)
+        if self.eval_logger is not None:
+            rows = self.eval_logger(agent_completions_turns=completions, batch_items=items, prompts=first_prompts)
+            extra = self.eval_aggregator(rows, num_turns=cfg.num_turns)
+            metrics.update({f"eval/{k}": float(v) for k, v in extra.items()})
+        self.logger.log(metrics, self.env_steps)
+        return metrics
+
+    # ----- export ---------------------------------------------------------------
+
+    def save_model(self, output_dir: str) -> None:
+        """Write `output_dir/agent_{i}/` (model + tokenizer, loadable by the Auto classes) and `comlrl_env.json`."""
+        os.makedirs(output_dir, exist_ok=True)
+        for i, (model, tok) in enumerate(zip(self.agents, self.tokenizers)):
+            path = os.path.join(output_dir, f"agent_{i}")
+            model.save_pretrained(path)
+            tok.save_pretrained(path)
+        self._save_extra_models(output_dir)
+        manifest = {
+            "learner": type(self).__name__,
+            "library_version": LIBRARY_VERSION,
+            "num_agents": self.num_agents,
+            "agent_sources": self.agent_names,
+            "config": dataclasses.asdict(self.args),
+        }
+        with open(os.path.join(output_dir, "comlrl_env.json"), "w", encoding="utf-8") as f:
+            json.dump(manifest, f, indent=2, default=str)
+
+    def _save_extra_models(self, output_dir: str) -> None:
+        """Critics, value heads, reward models: written by the learners that have them."""
+
+    # ----- helpers for subclasses -----------------------------------------------
+
+    def _optimizer(self, params: Any, lr: float) -> torch.optim.Optimizer:
+        return torch.optim.AdamW([p for p in params if p.requires_grad], lr=lr, weight_decay=self.args.weight_decay)
+
+    def _scheduler(self, optimizer: torch.optim.Optimizer) -> torch.optim.lr_scheduler.LambdaLR:
+        cfg = self.args
+        total = max(cfg.num_train_epochs * math.ceil(self._epoch_size(self.env) / cfg.rollout_buffer_size), 1)
+
+        def factor(step: int) -> float:
+            if step < cfg.warmup_steps:
+                return (step + 1) / (cfg.warmup_steps + 1)
+            progress = min((step - cfg.warmup_steps) / max(total - cfg.warmup_steps, 1), 1.0)
+            if cfg.lr_scheduler_type == "linear":
+                return 1.0 - progress
+            if cfg.lr_scheduler_type == "cosine":
+                return 0.5 * (1.0 + math.cos(math.pi * progress))
+            return 1.0
+
+        return torch.optim.lr_scheduler.LambdaLR(optimizer, factor)
+
+    def _callback(self, event: str, *args: Any) -> None:
+        for cb in self.callbacks:
+            fn = getattr(cb, event, None)
+            if fn is not None:
+                fn(self, *args)
+
+    def _run_config(self) -> dict[str, Any]:
+        return {"learner": type(self).__name__, "num_agents": self.num_agents, **dataclasses.asdict(self.args)}
+
+    # ----- data order -------------------------------------------------------------
+
+    def _epoch_size(self, env: TextParallelEnv) -> int:
+        if self.args.episodes_per_epoch is not None:
+            return self.args.episodes_per_epoch
+        return env.num_tasks if env.num_tasks is not None else 64
+
+    def _epoch_order(
+        self, env: TextParallelEnv, epoch: int, limit: int | None = None, shuffle: bool | None = None
+    ) -> list[tuple[int, int | None]]:
+        """`(reset seed, task index or None)` for each episode of `epoch` (epoch -1: evaluation)."""
+        size = limit if limit is not None else self._epoch_size(env)
+        shuffle = self.args.shuffle if shuffle is None else shuffle
+        gen = torch.Generator().manual_seed(self.args.seed * 100_003 + epoch + 1)
+        seeds = torch.randint(0, 2**31 - 1, (size,), generator=gen).tolist()
+        if env.num_tasks is None:
+            return [(s, None) for s in seeds]
+        n = env.num_tasks
+        if shuffle:
+            idx = torch.cat([torch.randperm(n, generator=gen) for _ in range(math.ceil(size / n))])[:size]
+        else:
+            idx = torch.arange(size) % n
+        return list(zip(seeds, idx.tolist()))
+
+    def _reset_roots(self, env: TextParallelEnv, batch: list[tuple[int, int | None]]) -> list[TextParallelEnv]:
+        roots = []
+        for seed, index in batch:
+            env.reset(seed=seed, options=None if index is None else {"task_index": index})
+            roots.append(env.clone())
+        return roots
+
+    # ----- construction -----------------------------------------------------------
+
+    def _build_env(
+        self,
+        env: Any,
+        dataset: Any,
+        reward_func: Any,
+        count: int,
+        formatters: Any,
+        transition: Any,
+        reward_processor: Any,
+        what: str,
+    ) -> TextParallelEnv:
+        cfg = self.args
+        if env is not None and dataset is not None:
+            raise ValueError(f"pass either {what}= or a dataset with reward_func=, not both.")
+        if env is None and dataset is None:
+            raise ValueError("no task: pass env= (an env id, instance or factory) or train_dataset= with reward_func=.")
+        if env is not None:
+            if isinstance(env, str):
+                env = comlrl_env.make(env)
+            elif not isinstance(env, TextParallelEnv) and callable(env):
+                env = env()
+            if not isinstance(env, TextParallelEnv):
+                raise TypeError(f"{what} must be an env id, a TextParallelEnv or a factory returning one, got {env!r}.")
+            return env
+        if not callable(reward_func):
+            raise TypeError(f"reward_func must be a callable, got {reward_func!r}.")
+        return DatasetEnv(
+            dataset, reward_func, num_agents=count, formatters=formatters, external_transition=transition,
+            num_turns=cfg.num_turns, reward_processor=reward_processor,
+            external_prompt_passthrough=cfg.external_prompt_passthrough,
+            early_termination_threshold=cfg.early_termination_threshold,
+        )
+
+
+def _agent_count(num_agents: int | None, agents: Sequence[Any] | None, configured: int | None) -> int:
+    if num_agents is not None and (isinstance(num_agents, bool) or not isinstance(num_agents, int) or num_agents < 1):
+        raise ValueError(f"num_agents must be a positive int, got {num_agents!r}.")
+    if agents is not None and not isinstance(agents, (str, os.PathLike)) and isinstance(agents, Sequence):
+        if num_agents is not None and num_agents != len(agents):
+            raise ValueError(f"agents has {len(agents)} entries but num_agents={num_agents}; give one entry per agent.")
+        count = len(agents)
+    else:
+        count = num_agents if num_agents is not None else (configured or 2)
+    if configured is not None and configured != count:
+        raise ValueError(
+            f"args.num_agents={configured} but the constructor gives {count} agents; make them equal "
+            "(or leave args.num_agents=None)."
+        )
+    return count
+
+
+def _resolve_devices(spec: Any, count: int) -> list[torch.device]:
+    if spec is None or spec == "auto":
+        return [torch.device("cuda:0" if torch.cuda.is_available() else "cpu")] * count
+    if isinstance(spec, (str, torch.device)):
+        return [torch.device(spec)] * count
+    spec = list(spec)
+    if len(spec) not in (1, count):
+        raise ValueError(f"agent_devices has {len(spec)} entries for {count} agents; give 1 or {count}.")
+    return [torch.device(s) for s in (spec * count if len(spec) == 1 else spec)]
+
+
+def seed_everything(seed: int) -> None:
+    """Seed python, numpy and torch (sampling draws from torch's global generator)."""
+    random.seed(seed)
+    np.random.seed(seed)
+    torch.manual_seed(seed)

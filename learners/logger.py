@@ -1,0 +1,101 @@
+"""Run logging: a tqdm progress bar with the live reward, a JSONL metrics file, and wandb.
+
+`wandb.init` happens in `RunLogger.start()` (called by `learn()`), never when a
+learner is built, so constructing a learner opens no run. `wandb_config`
+keys: `project`, `entity`, `name` (or `run_name`), `tags`, `dir`, `id`,
+`resume`, `mode` ("online", "offline", "disabled") and `config_sections`
+(merged into the run config).
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+from typing import Any
+
+import wandb
+from tqdm.auto import tqdm
+
+__all__ = ["RunLogger"]
+
+_WANDB_KEYS = ("project", "entity", "name", "run_name", "tags", "dir", "id", "resume", "mode", "config_sections", "group", "notes")
+
+
+class RunLogger:
+    """Writes every metrics dict to the console bar, `output_dir/metrics.jsonl` and wandb.
+
+    Args:
+        output_dir: Directory of the JSONL file (None: no file).
+        wandb_config: wandb settings (None: no wandb).
+        run_config: Hyperparameters recorded with the run.
+        verbose: Show the progress bar.
+    """
+
+    def __init__(
+        self,
+        output_dir: str | None,
+        wandb_config: dict[str, Any] | None,
+        run_config: dict[str, Any],
+        verbose: bool = True,
+    ) -> None:
+        if wandb_config is not None:
+            if not isinstance(wandb_config, dict):
+                raise TypeError(f"wandb_config must be a dict, got {type(wandb_config).__name__}.")
+            unknown = sorted(set(wandb_config) - set(_WANDB_KEYS) - {"output_dir"})
+            if unknown:
+                raise ValueError(f"unknown wandb_config keys {unknown}; known: {sorted(_WANDB_KEYS)}.")
+        self.output_dir = output_dir
+        self.wandb_config = wandb_config
+        self.run_config = run_config
+        self.verbose = verbose
+        self.run: Any = None
+        self._bar: Any = None
+        self._file: Any = None
+
+    @property
+    def wandb_identity(self) -> dict[str, Any] | None:
+        """`{"id", "project", "entity", "name"}` of the active wandb run, or None."""
+        if self.run is None:
+            return None
+        return {k: getattr(self.run, k, None) for k in ("id", "project", "entity", "name")}
+
+    def start(self, total: int, initial: int = 0) -> None:
+        """Open the progress bar, the JSONL file and (if configured) the wandb run."""
+        if self.output_dir is not None:
+            os.makedirs(self.output_dir, exist_ok=True)
+            self._file = open(os.path.join(self.output_dir, "metrics.jsonl"), "a", encoding="utf-8")
+        if self.wandb_config is not None and self.run is None:
+            cfg = dict(self.wandb_config)
+            sections = cfg.pop("config_sections", None) or {}
+            cfg.pop("output_dir", None)
+            if "run_name" in cfg:
+                cfg.setdefault("name", cfg.pop("run_name"))
+            if cfg.get("dir"):
+                os.makedirs(cfg["dir"], exist_ok=True)
+            self.run = wandb.init(config={**self.run_config, **sections}, **cfg)
+        self._bar = tqdm(total=total, initial=initial, disable=not self.verbose, desc="train", dynamic_ncols=True)
+
+    def log(self, metrics: dict[str, float], step: int, advance: int = 0) -> None:
+        """Record one metrics dict at `step` (env steps) and move the bar by `advance`."""
+        clean = {k: float(v) for k, v in metrics.items() if v is not None and math.isfinite(float(v))}
+        if self._file is not None:
+            self._file.write(json.dumps({"step": step, **clean}) + "\n")
+            self._file.flush()
+        if self.run is not None:
+            self.run.log(clean, step=step)
+        if self._bar is not None:
+            if "train/reward_mean" in clean:
+                self._bar.set_postfix(reward=f"{clean['train/reward_mean']:.3f}", refresh=False)
+            self._bar.update(advance)
+
+    def close(self, finish_wandb: bool = True) -> None:
+        if self._bar is not None:
+            self._bar.close()
+            self._bar = None
+        if self._file is not None:
+            self._file.close()
+            self._file = None
+        if self.run is not None and finish_wandb:
+            self.run.finish()
+            self.run = None

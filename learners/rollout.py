@@ -1,0 +1,393 @@
+"""The rollout engine shared by every learner: batched, token-exact episodes in text environments.
+
+One call to `RolloutEngine.collect(roots, ...)` plays a batch of B task
+instances (environments already reset) to the end:
+
+- per turn, per agent, ONE `generate` call over every live observation (all
+  nodes of the batch, each sampled `num_generations` times), left-padded, KV
+  cache on;
+- the sampled token ids are kept as they came out of `generate`: a
+  completion is every token up to and including the first EOS (or up to the
+  stop string), never padding and never prompt tokens, so the loss scores
+  exactly what was sampled, even when a prompt contains the pad or EOS id;
+- joint actions are `aligned` (sample k of every agent forms joint action k)
+  or `cross` (the Cartesian product of the agents' samples, tree mode only);
+- rollout modes: `tree` (each live node expands into one child per joint
+  action; siblings form a group, as in the seed system) or `parallel` (K
+  independent copies of each task instance; the live copies of one instance
+  at one turn form a group).
+
+Returns are discounted: for joint action j with reward r_j whose child node
+has joint actions C(j) (empty when the episode ended),
+
+    R_j = r_j + discount * mean_{c in C(j)} R_c,
+
+which in parallel mode is the usual R_t = r_t + discount * R_{t+1}. In cross
+mode, agent a's sample k receives the mean reward/return of the joint actions
+that contain it.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import itertools
+import time
+from typing import Any, Sequence
+
+import torch
+from transformers import PreTrainedModel, PreTrainedTokenizerBase
+
+from comlrl_env.base import TextParallelEnv
+
+__all__ = [
+    "GenerationSettings",
+    "Rollout",
+    "RolloutEngine",
+    "SampleBatch",
+    "completion_logprobs",
+]
+
+
+@dataclasses.dataclass
+class GenerationSettings:
+    """How agents sample. `generation_kwargs` go to `model.generate` unchanged."""
+
+    max_new_tokens: int = 256
+    temperature: float = 0.6
+    top_p: float = 0.6
+    top_k: int | None = 50
+    use_chat_template: bool = False
+    stop_strings: list[str] | None = None
+    max_prompt_length: int | None = None
+    generation_kwargs: dict[str, Any] = dataclasses.field(default_factory=dict)
+
+
+@dataclasses.dataclass
+class SampleBatch:
+    """One agent's samples; row s of every field describes sample s."""
+
+    prompt_ids: torch.Tensor  # (S, P) left-padded prompt ids
+    prompt_mask: torch.Tensor  # (S, P) 1 on prompt tokens
+    completion_ids: torch.Tensor  # (S, T) sampled ids, right-padded with the pad id
+    completion_mask: torch.Tensor  # (S, T) 1 on sampled tokens up to and including EOS
+    completions: list[str]  # (S,) decoded completions (special tokens skipped)
+
+    def __len__(self) -> int:
+        return len(self.completions)
+
+    def select(self, index: torch.Tensor) -> "SampleBatch":
+        """Rows `index`, with columns that are padding in every selected row trimmed away."""
+        prompt_mask = self.prompt_mask[index]
+        completion_mask = self.completion_mask[index]
+        p0 = int((prompt_mask.sum(0) > 0).int().argmax()) if prompt_mask.any() else prompt_mask.shape[1]
+        t1 = int(completion_mask.sum(1).max()) if len(index) else 0
+        return SampleBatch(
+            self.prompt_ids[index][:, p0:],
+            prompt_mask[:, p0:],
+            self.completion_ids[index][:, :t1],
+            completion_mask[:, :t1],
+            [self.completions[i] for i in index.tolist()],
+        )
+
+    @staticmethod
+    def cat(parts: Sequence["SampleBatch"], pad_id: int) -> "SampleBatch":
+        """Concatenate rows, left-padding prompts and right-padding completions to common widths."""
+        P = max(p.prompt_ids.shape[1] for p in parts)
+        T = max(p.completion_ids.shape[1] for p in parts)
+
+        def left(x: torch.Tensor, width: int, value: int) -> torch.Tensor:
+            return torch.nn.functional.pad(x, (width - x.shape[1], 0), value=value)
+
+        def right(x: torch.Tensor, width: int, value: int) -> torch.Tensor:
+            return torch.nn.functional.pad(x, (0, width - x.shape[1]), value=value)
+
+        return SampleBatch(
+            torch.cat([left(p.prompt_ids, P, pad_id) for p in parts]),
+            torch.cat([left(p.prompt_mask, P, 0) for p in parts]),
+            torch.cat([right(p.completion_ids, T, pad_id) for p in parts]),
+            torch.cat([right(p.completion_mask, T, 0) for p in parts]),
+            [c for p in parts for c in p.completions],
+        )
+
+
+@dataclasses.dataclass
+class Rollout:
+    """A batch of finished episodes, flattened into samples (rows shared by all agents)."""
+
+    samples: list[SampleBatch]  # (A,) one per agent, each with S rows
+    rewards: torch.Tensor  # (A, S) immediate reward of the sample's joint action(s)
+    returns: torch.Tensor  # (A, S) discounted return from the sample's joint action(s)
+    group: torch.Tensor  # (S,) group id: samples of one group start from the same state
+    turn: torch.Tensor  # (S,) turn index of the sample
+    task: torch.Tensor  # (S,) index of the task instance within the batch
+    episode_returns: torch.Tensor  # (A, B) mean undiscounted return of each task instance's episodes
+    invalid_actions: torch.Tensor  # (A,) number of joint actions flagged invalid per agent
+    num_joint_actions: int  # env steps taken (one per joint action)
+    timings: dict[str, float]  # seconds spent generating and stepping environments
+
+    @property
+    def num_samples(self) -> int:
+        return int(self.group.numel())
+
+
+def completion_logprobs(model: PreTrainedModel, batch: SampleBatch) -> torch.Tensor:
+    """Per-token log pi(completion token | prompt, previous tokens), 0 off the mask: `(S, T)`.
+
+    One forward over the whole batch; positions follow the attention mask as in
+    `generate`, and logits are computed only for the completion positions.
+    """
+    device = model.device
+    prompt_ids, completion_ids = batch.prompt_ids.to(device), batch.completion_ids.to(device)
+    mask = torch.cat([batch.prompt_mask, batch.completion_mask], 1).to(device)
+    positions = (mask.cumsum(1) - 1).clamp(min=0)
+    T = completion_ids.shape[1]
+    logits = model(
+        input_ids=torch.cat([prompt_ids, completion_ids], 1),
+        attention_mask=mask,
+        position_ids=positions,
+        logits_to_keep=T + 1,
+        use_cache=False,
+    ).logits[:, :-1].float()
+    picked = logits.gather(-1, completion_ids.unsqueeze(-1)).squeeze(-1)
+    return (picked - logits.logsumexp(-1)) * batch.completion_mask.to(device)
+
+
+class RolloutEngine:
+    """Plays batches of episodes with a team of HF causal-LM agents.
+
+    Args:
+        agents: One causal LM per agent (agent i acts as `env.possible_agents[i]`).
+        tokenizers: One tokenizer per agent (left padding, pad token set).
+        settings: Sampling settings shared by the agents.
+    """
+
+    def __init__(
+        self,
+        agents: Sequence[PreTrainedModel],
+        tokenizers: Sequence[PreTrainedTokenizerBase],
+        settings: GenerationSettings,
+    ) -> None:
+        self.agents = list(agents)
+        self.tokenizers = list(tokenizers)
+        self.settings = settings
+
+    # ----- one batched generate ------------------------------------------------
+
+    def generate(self, agent: int, prompts: list[str], num_samples: int, greedy: bool = False) -> SampleBatch:
+        """Sample `num_samples` completions for each prompt in one `generate` call (rows prompt-major)."""
+        model, tok, cfg = self.agents[agent], self.tokenizers[agent], self.settings
+        if cfg.use_chat_template:
+            texts = [tok.apply_chat_template([{"role": "user", "content": p}], tokenize=False, add_generation_prompt=True)
+                     for p in prompts]
+        else:
+            texts = prompts
+        enc = tok(
+            texts,
+            return_tensors="pt",
+            padding=True,
+            padding_side="left",
+            add_special_tokens=not cfg.use_chat_template,
+            truncation=cfg.max_prompt_length is not None,
+            max_length=cfg.max_prompt_length,
+        )
+        ids, mask = enc["input_ids"].to(model.device), enc["attention_mask"].to(model.device)
+        eos_ids = self._eos_ids(agent)
+        sampling = {} if greedy else dict(
+            do_sample=True, temperature=cfg.temperature, top_p=cfg.top_p, top_k=cfg.top_k
+        )
+        kwargs = dict(
+            max_new_tokens=cfg.max_new_tokens,
+            num_return_sequences=num_samples,
+            pad_token_id=tok.pad_token_id,
+            eos_token_id=eos_ids,
+            do_sample=False,
+            **sampling,
+            **cfg.generation_kwargs,
+        )
+        if greedy:
+            kwargs.update(temperature=None, top_p=None, top_k=None)
+        if cfg.stop_strings:
+            kwargs.update(stop_strings=cfg.stop_strings, tokenizer=tok)
+        with torch.no_grad():
+            out = model.generate(input_ids=ids, attention_mask=mask, **kwargs)
+        completion = out[:, ids.shape[1]:]
+        completion_mask = _completion_mask(completion, eos_ids, tok.pad_token_id, bool(cfg.stop_strings))
+        completion = completion.masked_fill(completion_mask == 0, tok.pad_token_id)
+        lengths = completion_mask.sum(1).tolist()
+        rows = completion.tolist()
+        texts_out = tok.batch_decode([row[:n] for row, n in zip(rows, lengths)], skip_special_tokens=True)
+        return SampleBatch(
+            ids.repeat_interleave(num_samples, 0).cpu(),
+            mask.repeat_interleave(num_samples, 0).cpu(),
+            completion.cpu(),
+            completion_mask.cpu(),
+            texts_out,
+        )
+
+    def _eos_ids(self, agent: int) -> list[int]:
+        ids = self.agents[agent].generation_config.eos_token_id
+        ids = [] if ids is None else [ids] if isinstance(ids, int) else list(ids)
+        eos = self.tokenizers[agent].eos_token_id
+        return sorted(set(ids) | ({eos} if eos is not None else set()))
+
+    # ----- whole episodes --------------------------------------------------------
+
+    def collect(
+        self,
+        roots: Sequence[TextParallelEnv],
+        num_generations: int,
+        rollout_mode: str = "tree",
+        joint_mode: str = "aligned",
+        discount: float = 1.0,
+        greedy: bool = False,
+    ) -> Rollout:
+        """Play every root environment (already reset) to the end and return the flattened `Rollout`."""
+        if joint_mode == "cross" and rollout_mode != "tree":
+            raise ValueError("joint_mode='cross' needs rollout_mode='tree' (parallel copies sample one action each).")
+        K, A = num_generations, len(self.agents)
+        agent_ids = list(roots[0].possible_agents)
+        if len(agent_ids) != A:
+            raise ValueError(f"the environment has {len(agent_ids)} agents but {A} models were given.")
+        timings = {"generate": 0.0, "env": 0.0}
+        if rollout_mode == "tree":
+            nodes, per_node, node_task = list(roots), K, list(range(len(roots)))
+        else:
+            nodes = [root if k == K - 1 else root.clone() for root in roots for k in range(K)]
+            per_node, node_task = 1, [b for b in range(len(roots)) for _ in range(K)]
+        observations = [dict(env._observations) for env in nodes]
+        levels: list[dict[str, Any]] = []
+        parts: list[list[SampleBatch]] = [[] for _ in range(A)]
+        group_offset = 0
+        invalid = torch.zeros(A)
+        joint_count = 0
+        turn = 0
+        while nodes:
+            t0 = time.perf_counter()
+            batches = [
+                self.generate(a, [obs[agent_ids[a]] for obs in observations], per_node, greedy)
+                for a in range(A)
+            ]
+            timings["generate"] += time.perf_counter() - t0
+            t0 = time.perf_counter()
+            if joint_mode == "cross" and A > 1:
+                combos = list(itertools.product(range(per_node), repeat=A))
+            else:
+                combos = [(k,) * A for k in range(per_node)]
+            joint_node, joint_pick, joint_reward, child_of_joint = [], [], [], []
+            next_nodes, next_obs, next_task = [], [], []
+            for n, env in enumerate(nodes):
+                for c, combo in enumerate(combos):
+                    child = env if c == len(combos) - 1 else env.clone()
+                    actions = {agent_ids[a]: batches[a].completions[n * per_node + combo[a]] for a in range(A)}
+                    obs, rew, term, trunc, infos = child.step(actions)
+                    joint_node.append(n)
+                    joint_pick.append(combo)
+                    joint_reward.append([rew[agent_ids[a]] for a in range(A)])
+                    for a in range(A):
+                        invalid[a] += "invalid_action" in infos.get(agent_ids[a], {})
+                    if any(term.values()) or any(trunc.values()) or not child.agents:
+                        child_of_joint.append(-1)
+                    else:
+                        child_of_joint.append(len(next_nodes))
+                        next_nodes.append(child)
+                        next_obs.append(obs)
+                        next_task.append(node_task[n])
+            timings["env"] += time.perf_counter() - t0
+            joint_count += len(joint_node)
+            num_groups = len(nodes) if rollout_mode == "tree" else len(roots)
+            group_of_node = torch.arange(len(nodes)) if rollout_mode == "tree" else torch.tensor(node_task)
+            levels.append(dict(
+                node=torch.tensor(joint_node),
+                pick=torch.tensor(joint_pick),  # (J, A) sample index within the node, per agent
+                reward=torch.tensor(joint_reward, dtype=torch.float32),  # (J, A)
+                child=torch.tensor(child_of_joint),
+                num_nodes=len(nodes),
+                task=torch.tensor(node_task),
+                group=group_of_node + group_offset,
+            ))
+            group_offset += num_groups
+            for a in range(A):
+                parts[a].append(batches[a])
+            nodes, observations, node_task = next_nodes, next_obs, next_task
+            turn += 1
+        return self._assemble(levels, parts, per_node, discount, len(roots), invalid, joint_count, timings)
+
+    def _assemble(
+        self,
+        levels: list[dict[str, Any]],
+        parts: list[list[SampleBatch]],
+        per_node: int,
+        discount: float,
+        num_tasks: int,
+        invalid: torch.Tensor,
+        joint_count: int,
+        timings: dict[str, float],
+    ) -> Rollout:
+        A = len(parts)
+        joint_returns = _backup(levels, discount)
+        # Per-agent sample values: mean over the joint actions that contain the sample.
+        rewards, returns, groups, turns, tasks = [], [], [], [], []
+        for t, lv in enumerate(levels):
+            S = lv["num_nodes"] * per_node
+            rew, ret = torch.zeros(A, S), torch.zeros(A, S)
+            for a in range(A):
+                slot = lv["node"] * per_node + lv["pick"][:, a]
+                count = torch.zeros(S).index_add_(0, slot, torch.ones(len(slot)))
+                rew[a] = torch.zeros(S).index_add_(0, slot, lv["reward"][:, a]) / count
+                ret[a] = torch.zeros(S).index_add_(0, slot, joint_returns[t][:, a]) / count
+            rewards.append(rew)
+            returns.append(ret)
+            groups.append(lv["group"].repeat_interleave(per_node))
+            turns.append(torch.full((S,), t))
+            tasks.append(lv["task"].repeat_interleave(per_node))
+        # Episode return of task b: the mean undiscounted return over its root joint actions.
+        undiscounted = _backup(levels, 1.0)[0]
+        root_task = levels[0]["task"][levels[0]["node"]]
+        ep = torch.zeros(num_tasks, A).index_add_(0, root_task, undiscounted)
+        ep /= torch.zeros(num_tasks).index_add_(0, root_task, torch.ones(len(root_task)))[:, None]
+        samples = [SampleBatch.cat(parts[a], self.tokenizers[a].pad_token_id) for a in range(A)]
+        return Rollout(
+            samples=samples,
+            rewards=torch.cat(rewards, 1),
+            returns=torch.cat(returns, 1),
+            group=torch.cat(groups),
+            turn=torch.cat(turns),
+            task=torch.cat(tasks),
+            episode_returns=ep.T.contiguous(),
+            invalid_actions=invalid,
+            num_joint_actions=joint_count,
+            timings=timings,
+        )
+
+
+
+def _backup(levels: list[dict[str, Any]], discount: float) -> list[torch.Tensor]:
+    """Joint returns per turn, `(J_t, A)`: R_j = r_j + discount * mean of R over the child node's joint actions."""
+    out: list[torch.Tensor] = [torch.empty(0)] * len(levels)
+    child_node_mean = None
+    for t in reversed(range(len(levels))):
+        lv = levels[t]
+        R = lv["reward"].clone()
+        if child_node_mean is not None:
+            has_child = lv["child"] >= 0
+            R[has_child] += discount * child_node_mean[lv["child"][has_child]]
+        out[t] = R
+        sums = torch.zeros(lv["num_nodes"], R.shape[1]).index_add_(0, lv["node"], R)
+        counts = torch.zeros(lv["num_nodes"]).index_add_(0, lv["node"], torch.ones(len(R)))
+        child_node_mean = sums / counts[:, None]
+    return out
+
+
+def _completion_mask(completion: torch.Tensor, eos_ids: list[int], pad_id: int, stop_strings: bool) -> torch.Tensor:
+    """1 on tokens up to and including the first EOS; with stop strings, up to the last non-pad token."""
+    T = completion.shape[1]
+    positions = torch.arange(T, device=completion.device)
+    is_eos = torch.isin(completion, torch.tensor(eos_ids, device=completion.device)) if eos_ids else torch.zeros_like(completion, dtype=torch.bool)
+    has_eos = is_eos.any(1)
+    end = torch.where(has_eos, is_eos.int().argmax(1), torch.full_like(has_eos, T - 1, dtype=torch.long))
+    if stop_strings and pad_id not in eos_ids:
+        # A sequence stopped by a stop string is padded afterwards without an EOS.
+        non_pad = completion != pad_id
+        last = T - 1 - non_pad.flip(1).int().argmax(1)
+        end = torch.where(has_eos, end, torch.where(non_pad.any(1), last, torch.full_like(last, -1)))
+    return (positions[None, :] <= end[:, None]).long()
