@@ -138,7 +138,7 @@ class TextParallelEnv(ParallelEnv[AgentID, str, str], metaclass=abc.ABCMeta):
 
     def flag_invalid(self, agent: AgentID, reason: str) -> None:
         """Report that `agent`'s action could not be parsed (a game outcome, not an error)."""
-        self._step_infos.setdefault(agent, {})["invalid_action"] = reason
+        self._step_infos.setdefault(agent, {}).setdefault("invalid_action", reason)  # the first reason wins
 
     # ----- PettingZoo API -------------------------------------------------------
 
@@ -226,8 +226,9 @@ class TextParallelEnv(ParallelEnv[AgentID, str, str], metaclass=abc.ABCMeta):
     def clone(self) -> "TextParallelEnv":
         """An independent copy at the same state (shares datasets and reward functions)."""
         twin = copy.copy(self)
+        memo: dict[int, Any] = {}  # one memo: objects shared between fields stay shared
         for name in _EPISODE_FIELDS:
-            setattr(twin, name, copy.deepcopy(getattr(self, name)))
+            setattr(twin, name, copy.deepcopy(getattr(self, name), memo))
         return twin
 
     def render(self) -> str | None:

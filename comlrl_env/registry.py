@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import dataclasses
 import difflib
+import functools
 import importlib
 import re
 import warnings
@@ -51,6 +52,10 @@ class EnvSpec:
     def version(self) -> int:
         return int(_ID.match(self.id)["version"])
 
+    def __reduce__(self) -> tuple[Any, ...]:
+        # Pickle by id: entry points may be lambdas or local factories.
+        return (_registered_spec, (self.id, self.kwargs))
+
     def make(self, **kwargs: Any) -> TextParallelEnv:
         """Build the environment with the spec's defaults overridden by `kwargs`."""
         factory = self.entry_point
@@ -65,6 +70,10 @@ class EnvSpec:
 registry: dict[str, EnvSpec] = {}
 
 
+def _registered_spec(id: str, kwargs: dict[str, Any]) -> EnvSpec:
+    return dataclasses.replace(spec(id), kwargs=dict(kwargs))
+
+
 def register(id: str, entry_point: Callable[..., TextParallelEnv] | str, **defaults: Any) -> EnvSpec:
     """Register `entry_point` (a class, factory or "module:attr") under a versioned id."""
     if not isinstance(id, str) or not _ID.match(id):
@@ -77,7 +86,8 @@ def register(id: str, entry_point: Callable[..., TextParallelEnv] | str, **defau
     if hasattr(pettingzoo, "register"):
         with warnings.catch_warnings():
             warnings.simplefilter("ignore")
-            pettingzoo.register("parallel", id, entry_point, kwargs=dict(defaults))
+            # Through our make(), so PettingZoo-made envs carry their spec too.
+            pettingzoo.register("parallel", id, functools.partial(make, id))
     return new
 
 

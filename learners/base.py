@@ -30,6 +30,7 @@ from transformers import PreTrainedModel, PreTrainedTokenizerBase
 import comlrl_env
 from comlrl_env import DatasetEnv, TextParallelEnv
 from learners.agents import load_agents, model_name
+from learners.checkpoint import CheckpointManager, load_checkpoint, read_checkpoint_metadata, save_checkpoint
 from learners.logger import RunLogger
 from learners.rollout import GenerationSettings, Rollout, RolloutEngine
 
@@ -211,6 +212,8 @@ class Learner:
         self.optimizers = [self._optimizer(m.parameters(), cfg.agent_learning_rate) for m in self.agents]
         self.schedulers = [self._scheduler(o) for o in self.optimizers]
         self.run_id = uuid.uuid4().hex
+        self.library_version = LIBRARY_VERSION
+        self.checkpoint_sequence = 0
         self.env_steps = 0  # joint actions played (the x-axis of every metric)
         self.epoch = 0
         self.batch_in_epoch = 0
@@ -234,14 +237,27 @@ class Learner:
         checkpoint_interval: int = 1,
         resume_from_checkpoint: str | None = None,
         checkpoint_total_limit: int | None = None,
+        checkpoint_steps: int | None = None,
     ) -> dict[str, float]:
-        """Train for `num_train_epochs` epochs; returns the last evaluation metrics (or training metrics)."""
-        from learners.checkpoint import CheckpointManager  # checkpoint imports this module
+        """Train until `num_train_epochs` epochs are done; return the last evaluation (or training) metrics.
 
+        Args:
+            checkpoint_dir: Write training checkpoints here (off when None): at completed epochs
+                (every `checkpoint_interval`), every `checkpoint_steps` rollouts, and at the end.
+            checkpoint_interval: Epochs between checkpoints.
+            resume_from_checkpoint: A `checkpoint-*` directory to continue from exactly.
+            checkpoint_total_limit: Keep only this run's newest N checkpoints.
+            checkpoint_steps: Also checkpoint every N rollouts, mid-epoch.
+        """
         cfg = self.args
-        ckpt = CheckpointManager(self, checkpoint_dir, checkpoint_interval, checkpoint_total_limit)
+        ckpt = CheckpointManager(self, checkpoint_dir, checkpoint_interval, checkpoint_total_limit, checkpoint_steps)
         if resume_from_checkpoint is not None:
+            identity = read_checkpoint_metadata(resume_from_checkpoint).get("wandb")
             ckpt.resume(resume_from_checkpoint)
+            wandb_cfg = self.logger.wandb_config
+            if identity and wandb_cfg is not None and "id" not in wandb_cfg and "resume" not in wandb_cfg:
+                self.logger.wandb_config = {**wandb_cfg, "id": identity["id"], "resume": "allow"}
+        ckpt.start()
         batches_per_epoch = math.ceil(self._epoch_size(self.env) / cfg.rollout_buffer_size)
         total = cfg.num_train_epochs * batches_per_epoch
         self.logger.start(total=total, initial=self.epoch * batches_per_epoch + self.batch_in_epoch)
@@ -355,6 +371,29 @@ class Learner:
 
     def _save_extra_models(self, output_dir: str) -> None:
         """Critics, value heads, reward models: written by the learners that have them."""
+
+    def save_checkpoint(self, path: str) -> str:
+        """Write the full training state to `path` (see `learners.checkpoint`); returns the path."""
+        return save_checkpoint(self, path)
+
+    def load_checkpoint(self, path: str) -> dict[str, Any]:
+        """Restore the full training state from `path`; returns the progress counters."""
+        return load_checkpoint(self, path)
+
+    def checkpoint_modules(self) -> dict[str, torch.nn.Module]:
+        """Every trained module by a stable name (learners with critics or heads add theirs)."""
+        return {f"agent_{i}": m for i, m in enumerate(self.agents)}
+
+    def checkpoint_optimizers(self) -> tuple[list[torch.optim.Optimizer], list[Any]]:
+        """Optimizers and schedulers, in a stable order."""
+        return list(self.optimizers), list(self.schedulers)
+
+    def extra_state(self) -> dict[str, Any]:
+        """Learner-specific state (tensors, numbers, strings) for checkpoints."""
+        return {}
+
+    def load_extra_state(self, state: dict[str, Any]) -> None:
+        """Restore what `extra_state()` returned."""
 
     # ----- helpers for subclasses -----------------------------------------------
 

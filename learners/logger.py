@@ -12,8 +12,11 @@ from __future__ import annotations
 import json
 import math
 import os
+import random
 from typing import Any
 
+import numpy as np
+import torch
 import wandb
 from tqdm.auto import tqdm
 
@@ -73,7 +76,12 @@ class RunLogger:
                 cfg.setdefault("name", cfg.pop("run_name"))
             if cfg.get("dir"):
                 os.makedirs(cfg["dir"], exist_ok=True)
+            # wandb.init may draw random numbers; keep training reproducible around it.
+            states = (random.getstate(), np.random.get_state(), torch.get_rng_state())
             self.run = wandb.init(config={**self.run_config, **sections}, **cfg)
+            random.setstate(states[0])
+            np.random.set_state(states[1])
+            torch.set_rng_state(states[2])
         self._bar = tqdm(total=total, initial=initial, disable=not self.verbose, desc="train", dynamic_ncols=True)
 
     def log(self, metrics: dict[str, float], step: int, advance: int = 0) -> None:

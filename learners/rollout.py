@@ -192,20 +192,18 @@ class RolloutEngine:
         )
         ids, mask = enc["input_ids"].to(model.device), enc["attention_mask"].to(model.device)
         eos_ids = self._eos_ids(agent)
-        sampling = {} if greedy else dict(
-            do_sample=True, temperature=cfg.temperature, top_p=cfg.top_p, top_k=cfg.top_k
-        )
+        if greedy:
+            sampling = dict(do_sample=False, temperature=None, top_p=None, top_k=None)
+        else:
+            sampling = dict(do_sample=True, temperature=cfg.temperature, top_p=cfg.top_p, top_k=cfg.top_k)
         kwargs = dict(
             max_new_tokens=cfg.max_new_tokens,
             num_return_sequences=num_samples,
             pad_token_id=tok.pad_token_id,
             eos_token_id=eos_ids,
-            do_sample=False,
             **sampling,
             **cfg.generation_kwargs,
         )
-        if greedy:
-            kwargs.update(temperature=None, top_p=None, top_k=None)
         if cfg.stop_strings:
             kwargs.update(stop_strings=cfg.stop_strings, tokenizer=tok)
         with torch.no_grad():
