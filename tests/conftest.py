@@ -1,0 +1,39 @@
+"""Shared fixtures: tiny random causal LMs with offline tokenizers, built once per session."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+from comlrl_env.testing import tiny_model
+
+
+@pytest.fixture(scope="session")
+def tiny_dir(tmp_path_factory: pytest.TempPathFactory) -> str:
+    """A 0.2M-parameter Qwen2 (vocab 2048) saved with its tokenizer."""
+    return str(tiny_model(tmp_path_factory.mktemp("tiny-qwen2"), arch="qwen2", seed=0))
+
+
+@pytest.fixture(scope="session")
+def tiny_dir_b(tmp_path_factory: pytest.TempPathFactory) -> str:
+    """Another Qwen2 with different weights (seed 1)."""
+    return str(tiny_model(tmp_path_factory.mktemp("tiny-qwen2-b"), arch="qwen2", seed=1))
+
+
+@pytest.fixture(scope="session")
+def tiny_llama_dir(tmp_path_factory: pytest.TempPathFactory) -> str:
+    """A tiny Llama with a smaller vocabulary (1024) than the Qwen2 fixture."""
+    return str(tiny_model(tmp_path_factory.mktemp("tiny-llama"), arch="llama", vocab_size=1024, seed=2))
+
+
+@pytest.fixture(scope="session")
+def tiny_gpt2_dir(tmp_path_factory: pytest.TempPathFactory) -> str:
+    return str(tiny_model(tmp_path_factory.mktemp("tiny-gpt2"), arch="gpt2", seed=3))
+
+
+@pytest.fixture(autouse=True)
+def _restore_torch_rng():
+    """Tests that sample must not change each other's random streams."""
+    state = torch.get_rng_state()
+    yield
+    torch.set_rng_state(state)
