@@ -208,3 +208,37 @@ def test_per_agent_rewards_stay_per_agent():
 def test_cross_needs_tree_mode():
     with pytest.raises(ValueError, match="cross"):
         Scripted().collect(roots(1), num_generations=2, rollout_mode="parallel", joint_mode="cross")
+
+
+def test_chat_template_renders_prompts(tiny_dir):
+    model, tok = load(tiny_dir)
+    engine = RolloutEngine([model], [tok], GenerationSettings(max_new_tokens=3, use_chat_template=True))
+    batch = engine.generate(0, ["hello"], num_samples=1)
+    rendered = tok.decode(batch.prompt_ids[0][batch.prompt_mask[0].bool()])
+    assert rendered == tok.apply_chat_template([{"role": "user", "content": "hello"}], tokenize=False,
+                                               add_generation_prompt=True)
+
+
+def test_stop_strings_end_completions_and_generation_kwargs_pass_through(tiny_dir):
+    model, tok = load(tiny_dir)
+    settings = GenerationSettings(max_new_tokens=24, temperature=1.0, top_p=1.0, top_k=None, stop_strings=["e"],
+                                  generation_kwargs={"repetition_penalty": 1.0})
+    engine = RolloutEngine([model], [tok], settings)
+    torch.manual_seed(0)
+    batch = engine.generate(0, ["def main():", "import os"], num_samples=4)
+    lengths = batch.completion_mask.sum(1)
+    stopped = [i for i, text in enumerate(batch.completions) if "e" in text]
+    assert stopped, batch.completions  # some samples hit the stop string
+    for i in stopped:
+        n = int(lengths[i])
+        # The completion ends with the token that completed the stop string: nothing after it is scored.
+        assert "e" in tok.decode(batch.completion_ids[i, n - 1:n])
+        assert "e" not in tok.decode(batch.completion_ids[i, : n - 1])
+
+
+def test_greedy_generation_is_deterministic(tiny_dir):
+    model, tok = load(tiny_dir)
+    engine = RolloutEngine([model], [tok], GenerationSettings(max_new_tokens=6))
+    a = engine.generate(0, ["x = 1", "y"], num_samples=1, greedy=True)
+    b = engine.generate(0, ["x = 1", "y"], num_samples=1, greedy=True)
+    assert a.completions == b.completions and torch.equal(a.completion_ids, b.completion_ids)
