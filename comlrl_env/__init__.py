@@ -1,7 +1,7 @@
 """comlrl_env: cooperative tasks for LLM agents as PettingZoo parallel environments with text actions."""
 
 from comlrl_env.base import AgentID, TextParallelEnv
-from comlrl_env.dataset_env import DatasetEnv
+from comlrl_env.dataset_env import DatasetEnv, TransitionError
 from comlrl_env.registry import EnvNotFound, EnvSpec, make, register, registry, spec
 from comlrl_env.spaces import CHARSET, TextSpace
 from comlrl_env import tasks  # noqa: F401  (registers the built-in tasks)
@@ -16,6 +16,7 @@ __all__ = [
     "EnvSpec",
     "TextParallelEnv",
     "TextSpace",
+    "TransitionError",
     "make",
     "register",
     "registry",

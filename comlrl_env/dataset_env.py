@@ -16,7 +16,12 @@ external transition) expressed as a `TextParallelEnv`:
   function declares it or `**kwargs`); each goes through that agent's
   formatter as `row["prompt"]`, or is used verbatim with
   `external_prompt_passthrough=True`. Prompt histories hold the observations
-  the agents actually saw (formatted).
+  the agents actually saw (formatted). A transition that raises or returns
+  anything but N strings raises `TransitionError`;
+- the reward function gets `prompts=[agent_0's observation]` and
+  `batch_items=[row]` (one joint action per call); a function that raises or
+  returns an unusable value raises `RewardFunctionError` naming the dataset
+  index and turn;
 - a single-turn episode terminates after its step; a multi-turn one is
   truncated at `num_turns`, or terminates early once the mean reward of a turn
   exceeds `early_termination_threshold`.
@@ -25,14 +30,21 @@ external transition) expressed as a `TextParallelEnv`:
 from __future__ import annotations
 
 import inspect
+import math
+import numbers
+from collections.abc import Mapping
 from typing import Any, Callable, Sequence
 
 from comlrl_env.base import AgentID, TextParallelEnv
 from rewards.calling import RewardFunctionError, call_reward_function
 
-__all__ = ["DatasetEnv"]
+__all__ = ["DatasetEnv", "TransitionError"]
 
 Formatter = Callable[..., str]
+
+
+class TransitionError(ValueError):
+    """An external transition raised, or returned something other than one prompt string per agent."""
 
 
 class DatasetEnv(TextParallelEnv):
@@ -68,6 +80,11 @@ class DatasetEnv(TextParallelEnv):
         super().__init__(num_agents=num_agents, num_turns=num_turns, **kwargs)
         if not callable(reward_func):
             raise TypeError(f"reward_func must be callable, got {reward_func!r}.")
+        if isinstance(dataset, Mapping):  # a DatasetDict of splits, or a dict of columns
+            raise TypeError(
+                f"dataset must be a sequence of rows, got a {type(dataset).__name__} with keys {list(dataset)[:5]}. "
+                "Pass one split (dataset['train']) or, for a dict of columns, Dataset.from_dict(columns)."
+            )
         if not hasattr(dataset, "__getitem__") or not hasattr(dataset, "__len__"):
             raise TypeError(
                 f"dataset must support len() and indexing (a datasets.Dataset or a list of dicts), "
@@ -84,6 +101,11 @@ class DatasetEnv(TextParallelEnv):
             raise TypeError(f"external_transition must be callable, got {external_transition!r}.")
         if reward_processor is not None and not callable(reward_processor):
             raise TypeError(f"reward_processor must be callable, got {reward_processor!r}.")
+        threshold = early_termination_threshold
+        if threshold is not None and (isinstance(threshold, bool) or not isinstance(threshold, numbers.Real)):
+            raise TypeError(f"early_termination_threshold must be a number or None, got {threshold!r}.")
+        if threshold is not None and math.isnan(threshold):
+            raise ValueError("early_termination_threshold is NaN; pass a number, or None to never end early.")
         self.dataset = dataset
         self.reward_func = reward_func
         self.formatters = _formatters(formatters, num_agents)
@@ -106,26 +128,31 @@ class DatasetEnv(TextParallelEnv):
 
     def prompts(self) -> dict[AgentID, str]:
         item = self.task["item"]
+        where = f"dataset index {self.task_index}, turn {self.turn}"
         if self.turn == 0:
-            return {a: _format(f, item, None) for a, f in zip(self.agents, self.formatters)}
+            return {
+                a: _checked_format(i, f, item, None, where)
+                for i, (a, f) in enumerate(zip(self.agents, self.formatters))
+            }
         raw = self._transition(item)
         if self.external_prompt_passthrough:
             return dict(zip(self.agents, raw))
         return {
-            a: _format(f, {**item, "prompt": text}, text)
-            for a, f, text in zip(self.agents, self.formatters, raw)
+            a: _checked_format(i, f, {**item, "prompt": text}, text, where)
+            for i, (a, f, text) in enumerate(zip(self.agents, self.formatters, raw))
         }
 
     def score(self, actions: dict[AgentID, str]) -> tuple[dict[AgentID, float], bool]:
+        where = f"dataset index {self.task_index}, turn {self.turn}"
         rewards = call_reward_function(
             self.reward_func,
             [[actions[a]] for a in self.agents],
             prompts=[self._observations[self.agents[0]]],
             batch_items=[self.task["item"]],
-            where=f"dataset index {self.task_index}",
+            where=where,
         )[0]
         if self.reward_processor is not None:
-            rewards = [float(self.reward_processor(r)) for r in rewards]
+            rewards = [self._process(r, where) for r in rewards]
         per_agent = dict(zip(self.agents, rewards))
         if self.num_turns == 1:
             return per_agent, True
@@ -134,10 +161,26 @@ class DatasetEnv(TextParallelEnv):
 
     # ----- internals ------------------------------------------------------------
 
+    def _process(self, reward: float, where: str) -> float:
+        fn = self.reward_processor
+        name = getattr(fn, "__qualname__", repr(fn))
+        try:
+            value = fn(reward)
+        except Exception as exc:
+            raise RewardFunctionError(
+                f"reward_processor {name} raised {exc!r} on reward {reward!r} ({where})."
+            ) from exc
+        if isinstance(value, bool) or not isinstance(value, numbers.Real) or not math.isfinite(value):
+            raise RewardFunctionError(
+                f"reward_processor {name} mapped reward {reward!r} to {_short(value)} ({where}); "
+                "it must return a finite number."
+            )
+        return float(value)
+
     def _transition(self, item: dict[str, Any]) -> list[str]:
         fn = self.external_transition
         kwargs = dict(
-            prompt=item.get("prompt", "") if isinstance(item, dict) else "",
+            prompt=item.get("prompt", "") if isinstance(item, Mapping) else "",
             agent_completions=[self.response_history[a][-1] for a in self.agents],
             num_agents=len(self.agents),
             prompt_history_per_agent=[list(self.prompt_history[a]) for a in self.agents],
@@ -146,35 +189,54 @@ class DatasetEnv(TextParallelEnv):
         if _accepts(fn, "batch_item"):
             kwargs["batch_item"] = item
         name = getattr(fn, "__qualname__", repr(fn))
+        where = f"dataset index {self.task_index}, turn {self.turn}"
         try:
             raw = fn(**kwargs)
         except Exception as exc:
-            raise RewardFunctionError(
-                f"external_transition {name} raised {exc!r} on dataset index {self.task_index}, turn {self.turn}."
-            ) from exc
-        if not isinstance(raw, (list, tuple)) or len(raw) != len(self.agents) or not all(isinstance(p, str) for p in raw):
-            raise RewardFunctionError(
-                f"external_transition {name} returned {raw!r} on dataset index {self.task_index}; "
-                f"return a list of {len(self.agents)} prompt strings, one per agent."
-            )
+            raise TransitionError(f"external_transition {name} raised {exc!r} on {where}.") from exc
+        wanted = f"return a list of {len(self.agents)} prompt strings, one per agent."
+        if not isinstance(raw, (list, tuple)) or len(raw) != len(self.agents):
+            count = f"{len(raw)} values" if isinstance(raw, (list, tuple)) else f"a {type(raw).__name__}"
+            raise TransitionError(f"external_transition {name} returned {count} on {where}: {_short(raw)}; {wanted}")
+        for i, text in enumerate(raw):
+            if not isinstance(text, str):
+                raise TransitionError(
+                    f"external_transition {name} returned a {type(text).__name__} for agent {i} on {where}: "
+                    f"{_short(raw)}; {wanted}"
+                )
         return list(raw)
 
     def _check_formatters(self, item: Any) -> None:
         for i, f in enumerate(self.formatters):
-            try:
-                text = _format(f, item, None)
-            except KeyError as exc:
-                fields = sorted(item) if isinstance(item, dict) else type(item).__name__
-                raise ValueError(
-                    f"formatter {i} ({getattr(f, '__qualname__', f)}) needs dataset field {exc} that the rows do "
-                    f"not have (fields: {fields}). Add the field or pass formatters=... that use existing ones."
-                ) from exc
-            if not isinstance(text, str):
-                raise TypeError(f"formatter {i} returned {type(text).__name__}, not str; formatters must return prompts.")
+            _checked_format(i, f, item, None, "dataset index 0")
 
 
 def _default_formatter(item: dict[str, Any]) -> str:
+    if not isinstance(item, Mapping):
+        raise TypeError(
+            f"the default formatter reads row['prompt'], but the rows are {type(item).__name__}s; "
+            "use dict rows with a 'prompt' field, or pass formatters=... that read your rows."
+        )
     return item["prompt"]
+
+
+def _checked_format(index: int, formatter: Formatter, item: Any, external: str | None, where: str) -> str:
+    """Agent `index`'s prompt for `item`, with errors that name the formatter, the field and the row."""
+    name = getattr(formatter, "__qualname__", repr(formatter))
+    try:
+        text = _format(formatter, item, external)
+    except KeyError as exc:
+        fields = sorted(map(str, item)) if isinstance(item, Mapping) else type(item).__name__
+        raise ValueError(
+            f"formatter {index} ({name}) needs dataset field {exc} that the row at {where} does not have "
+            f"(fields: {fields}). Add the field or pass formatters=... that use existing ones."
+        ) from exc
+    if not isinstance(text, str):
+        raise TypeError(
+            f"formatter {index} ({name}) returned a {type(text).__name__} at {where}, not a str; "
+            "formatters must return the prompt text."
+        )
+    return text
 
 
 def _formatters(formatters: Any, num_agents: int) -> list[Formatter]:
@@ -203,3 +265,8 @@ def _format(formatter: Formatter, item: Any, external: str | None) -> str:
     if external is not None and _accepts(formatter, "external_prompts"):
         return formatter(item, external_prompts=external)
     return formatter(item)
+
+
+def _short(value: Any, limit: int = 200) -> str:
+    text = repr(value)
+    return text if len(text) <= limit else text[: limit - 20] + f"... ({len(text)} chars)"

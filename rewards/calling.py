@@ -10,14 +10,20 @@ them, `prompts=` (B strings) and `batch_items=` (B dataset rows):
     f(*lists)                    # a *args signature
     f(c0)  /  f(prompts, c0)     # a single agent
 
+Only required positional parameters count: `prompts` or any other parameter
+with a default, a `batch_items` parameter, and a `prompts` parameter after
+the first are passed by keyword (`def f(c0, c1, prompts=None)` takes two lists).
+
 It returns one value per joint action (B values: the joint reward every agent
-gets) or, for a batch of one, N values (one per agent). Tensors, numpy arrays,
-lists, tuples and scalars are accepted. Anything else is the user's bug and
-raises `RewardFunctionError` naming the function, the batch and the value.
+gets) or, for a batch of one, N values (one per agent). Tensors, numpy arrays
+(both flattened), lists, tuples and scalars are accepted. Anything else is the
+user's bug and raises `RewardFunctionError` naming the function, the batch and
+the value.
 """
 
 from __future__ import annotations
 
+import functools
 import inspect
 import math
 import numbers
@@ -49,8 +55,14 @@ def call_reward_function(
         where: Context for error messages (e.g. "dataset index 3").
     """
     num_agents = len(agent_completions)
-    batch = len(agent_completions[0]) if num_agents else 0
-    name = getattr(reward_func, "__qualname__", repr(reward_func))
+    lengths = [len(c) for c in agent_completions]
+    if len(set(lengths)) > 1:
+        raise ValueError(
+            f"agent_completions must hold lists of the same length (one completion per joint action), "
+            f"got lengths {lengths}."
+        )
+    batch = lengths[0] if num_agents else 0
+    name = _name(reward_func)
     context = f" on {where}" if where else ""
     args, kwargs = _arguments(reward_func, agent_completions, prompts, batch_items)
     try:
@@ -64,7 +76,7 @@ def call_reward_function(
         return [values]
     raise RewardFunctionError(
         f"reward function {name} returned {len(values)} values{context} for a batch of {batch} joint "
-        f"actions of {num_agents} agents: {raw!r}. Return one value per joint action "
+        f"actions of {num_agents} agents: {_short(raw)}. Return one value per joint action "
         f"({batch}), or one per agent ({num_agents}) for a single joint action."
     )
 
@@ -85,12 +97,19 @@ def _arguments(
         p for p in params
         if p.kind in (p.POSITIONAL_ONLY, p.POSITIONAL_OR_KEYWORD) and p.default is p.empty and p.name != "batch_items"
     ]
+    # A required `prompts` after the lists (`def f(c0, c1, prompts)`) is a keyword; only
+    # a first positional receives the prompts positionally.
+    required = [p for i, p in enumerate(required) if i == 0 or p.name != "prompts"]
     names = {p.name for p in params}
     var_kw = any(p.kind == p.VAR_KEYWORD for p in params)
     n = len(lists)
     prompts_positional = False
+    args: list[Any]
     if any(p.kind == p.VAR_POSITIONAL for p in params):
-        args: list[Any] = lists
+        if required and required[0].name == "prompts":  # def f(prompts, *lists)
+            args, prompts_positional = [list(prompts or [])] + lists, True
+        else:
+            args = lists
     elif len(required) == n + 1:
         args, prompts_positional = [list(prompts or [])] + lists, True
     elif n > 1 and len(required) == 1:
@@ -108,19 +127,44 @@ def _arguments(
 def _to_floats(raw: Any, name: str, context: str) -> list[float]:
     if hasattr(raw, "detach"):  # torch tensor
         raw = raw.detach().cpu().reshape(-1).tolist()
-    elif hasattr(raw, "tolist") and not isinstance(raw, (str, bytes)):  # numpy array / scalar
+    elif hasattr(raw, "reshape") and hasattr(raw, "tolist"):  # numpy array: flattened, like a tensor
+        raw = raw.reshape(-1).tolist() if getattr(raw, "ndim", 1) else raw.tolist()
+    elif hasattr(raw, "tolist") and not isinstance(raw, (str, bytes)):  # numpy scalar
         raw = raw.tolist()
     if isinstance(raw, numbers.Real) and not isinstance(raw, bool):
         raw = [raw]
     if not isinstance(raw, (list, tuple)):
-        raise RewardFunctionError(f"reward function {name} returned {raw!r}{context}; return a number or a list of numbers.")
+        raise RewardFunctionError(
+            f"reward function {name} returned {_short(raw)}{context}; return a number or a list of numbers."
+        )
     values = []
     for v in raw:
         if isinstance(v, bool) or not isinstance(v, numbers.Real):
             raise RewardFunctionError(
-                f"reward function {name} returned a non-number {v!r}{context} (in {raw!r}); return floats."
+                f"reward function {name} returned a non-number {v!r}{context} (in {_short(raw)}); return floats."
             )
+        try:
+            v = float(v)
+        except OverflowError:  # an int beyond float range
+            v = math.inf if v > 0 else -math.inf
         if not math.isfinite(v):
-            raise RewardFunctionError(f"reward function {name} returned {v!r}{context} (in {raw!r}); rewards must be finite.")
-        values.append(float(v))
+            raise RewardFunctionError(
+                f"reward function {name} returned {v!r}{context} (in {_short(raw)}); rewards must be finite."
+            )
+        values.append(v)
     return values
+
+
+def _name(fn: Any) -> str:
+    """How error messages name a reward function: its qualified name, a partial's function, an instance's class."""
+    while isinstance(fn, functools.partial):
+        fn = fn.func
+    name = getattr(fn, "__qualname__", None)
+    if isinstance(name, str):
+        return name
+    return f"{type(fn).__qualname__} instance"
+
+
+def _short(value: Any, limit: int = 200) -> str:
+    text = repr(value)
+    return text if len(text) <= limit else text[: limit - 20] + f"... ({len(text)} chars)"

@@ -22,8 +22,8 @@ def length_ratio(shorts: list[str], longs: list[str], target: float = 2.0) -> li
     Lengths are in words (at least 1, so empty text is scored, not a crash). A
     ratio off by a factor f in either direction scores 1/f.
     """
-    if target <= 0:
-        raise ValueError(f"target ratio must be > 0, got {target}.")
+    if not 0 < target < math.inf:  # also rejects NaN, which would score every pair NaN
+        raise ValueError(f"target ratio must be a finite number > 0, got {target}.")
     rewards = []
     for short, long in zip(shorts, longs, strict=True):
         ratio = max(len(_WORD.findall(long)), 1) / max(len(_WORD.findall(short)), 1)
