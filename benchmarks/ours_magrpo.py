@@ -1,0 +1,130 @@
+"""Our side of the MAGRPO speed/memory benchmark: comlrl-env's MAGRPO on the shared workload.
+
+Run in the project venv:
+
+    .venv/bin/python benchmarks/ours_magrpo.py --model benchmarks/_work/tiny
+
+Same work as the reference side (`reference_magrpo.py`): 2 homogeneous agents,
+the 16 workload prompts x 4 samples x 32 new tokens, one epoch, and 8
+optimizer steps per agent (2 prompts' 8 completions per step). We roll out all
+16 prompts in one batched generate per agent (`rollout_buffer_size=16`) and
+take one optimizer step per 2 prompts (`train_batch_size=2`), with the clipped
+importance ratio correcting the later steps. Times `learn()` only (loading
+excluded), counts optimizer steps and completions per agent, and prints one
+JSON line (see `workload.emit_result`).
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+import time
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+if HERE not in sys.path:
+    sys.path.insert(0, HERE)
+
+import workload  # noqa: E402
+
+os.environ.setdefault("HF_HUB_OFFLINE", "1")
+os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
+os.environ.setdefault("TRANSFORMERS_VERBOSITY", "error")
+
+
+def run_one(model_dir: str, wait_quiet: float = 0.0) -> dict:
+    import datasets
+    import torch
+    import transformers
+
+    from learners import MAGRPO, MAGRPOConfig
+
+    torch.manual_seed(workload.SEED)
+    torch.set_num_threads(int(os.environ.get("BENCH_THREADS", workload.NUM_THREADS)))
+    transformers.utils.logging.disable_progress_bar()
+
+    args = MAGRPOConfig(
+        num_agents=workload.NUM_AGENTS,
+        num_turns=1,
+        num_train_epochs=workload.NUM_TRAIN_EPOCHS,
+        num_generations=workload.NUM_GENERATIONS,
+        max_new_tokens=workload.MAX_NEW_TOKENS,
+        temperature=workload.TEMPERATURE,
+        top_p=workload.TOP_P,
+        top_k=workload.TOP_K,
+        rollout_buffer_size=len(workload.PROMPTS),  # one batched rollout per agent
+        train_batch_size=workload.ROLLOUT_BUFFER_SIZE,  # 2 prompts (8 completions) per optimizer step
+        shuffle=False,
+        eval_interval=0,
+        agent_devices="cpu",
+        verbose=False,
+        seed=workload.SEED,
+    )
+    learner = MAGRPO(
+        agent_model=model_dir,
+        num_agents=workload.NUM_AGENTS,
+        train_dataset=datasets.Dataset.from_dict({"prompt": list(workload.PROMPTS)}),
+        reward_func=workload.reward_func,
+        args=args,
+    )
+    steps = [0] * len(learner.optimizers)
+    for idx, opt in enumerate(learner.optimizers):
+        original = opt.step
+
+        def counted(*a, _orig=original, _idx=idx, **kw):
+            steps[_idx] += 1
+            return _orig(*a, **kw)
+
+        opt.step = counted
+    completions = [0] * learner.num_agents
+    original_generate = learner.engine.generate
+
+    def counted_generate(agent, prompts, num_samples, greedy=False):
+        out = original_generate(agent, prompts, num_samples, greedy)
+        completions[agent] += len(out)
+        return out
+
+    learner.engine.generate = counted_generate
+
+    quiet = workload.wait_for_quiet_cpu(timeout_s=wait_quiet) if wait_quiet > 0 else None
+    load_before = os.getloadavg()[0]
+    snap0 = workload.cpu_snapshot()
+    t0 = time.perf_counter()
+    learner.learn()
+    seconds = time.perf_counter() - t0
+    snap1 = workload.cpu_snapshot()
+    foreign = workload.foreign_cpu_seconds(snap0, snap1)
+
+    def collapse(xs):
+        return xs[0] if len(set(xs)) == 1 else list(xs)
+
+    return workload.emit_result(
+        side="ours",
+        model=os.path.basename(os.path.normpath(model_dir)),
+        seconds=seconds,
+        optimizer_steps_per_agent=collapse(steps),
+        completions_per_agent=collapse(completions),
+        model_dir=os.path.abspath(model_dir),
+        params=sum(p.numel() for p in learner.agents[0].parameters()),
+        library="comlrl-env",
+        torch=torch.__version__,
+        transformers=transformers.__version__,
+        threads=torch.get_num_threads(),
+        loadavg_1m=[round(load_before, 2), round(os.getloadavg()[0], 2)],
+        foreign_cpu_s=None if foreign is None else round(foreign, 2),
+        own_cpu_s=round(snap1[1] - snap0[1], 2),
+        quiet_start=quiet,
+    )
+
+
+def main(argv=None) -> int:
+    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    p.add_argument("--model", required=True, help="local HF model dir")
+    p.add_argument("--wait-quiet", type=float, default=0.0, metavar="SECONDS")
+    a = p.parse_args(argv)
+    run_one(a.model, wait_quiet=a.wait_quiet)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
