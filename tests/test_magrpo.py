@@ -282,3 +282,37 @@ def test_evaluate_with_hooks_and_greedy_determinism(tiny_dir):
     assert a == b and "eval/chars_mean" in a and "eval/turn_1/reward_mean" in a
     assert seen["shape"] == (2, 3, 1) and seen["items"][0] == {"prompt": "Question 0:"}
     assert learner.evaluate(num_eval_samples=0) == {}
+
+
+def test_wandb_starts_in_learn_not_in_the_constructor(tiny_dir, tmp_path):
+    import wandb
+
+    cfg = MAGRPOConfig(**FAST, rollout_buffer_size=2)
+    learner = MAGRPO(agent_model=tiny_dir, num_agents=2, reward_func=space_reward, train_dataset=dataset(2), args=cfg,
+                     wandb_config={"mode": "offline", "dir": str(tmp_path), "project": "test", "name": "run"})
+    assert wandb.run is None
+    learner.learn()
+    assert wandb.run is None  # finished at the end of learn()
+    runs = list((tmp_path / "wandb").glob("offline-run-*"))
+    assert len(runs) == 1
+
+
+def test_reference_kl_is_zero_for_an_unchanged_policy_and_reported(tiny_dir):
+    cfg = MAGRPOConfig(**FAST, rollout_buffer_size=2, reference_kl_enabled=True, reference_kl_coef=0.5)
+    learner = MAGRPO(agent_model=tiny_dir, num_agents=2, reward_func=space_reward, train_dataset=dataset(2), args=cfg)
+    roots = learner._reset_roots(learner.env, learner._epoch_order(learner.env, 0))
+    metrics = learner.step(roots)
+    assert metrics["train/agent_0/kl"] == pytest.approx(0.0, abs=1e-5)  # reference == policy before the update
+    roots = learner._reset_roots(learner.env, learner._epoch_order(learner.env, 1))
+    assert learner.step(roots)["train/agent_0/kl"] > 0  # the policy moved, its copy did not
+
+
+def test_linear_schedule_decays_to_zero(tiny_dir):
+    cfg = MAGRPOConfig(**{**FAST, "num_train_epochs": 2}, rollout_buffer_size=2, lr_scheduler_type="linear",
+                       agent_learning_rate=1e-3)
+    learner = MAGRPO(agent_model=tiny_dir, num_agents=2, reward_func=space_reward, train_dataset=dataset(2), args=cfg)
+    lrs = []
+    learner.callbacks = [type("R", (), {"on_step_end": lambda self, l, m: lrs.append(m["train/agent_0/learning_rate"])})()]
+    learner.learn()
+    assert lrs == [pytest.approx(1e-3), pytest.approx(5e-4)]
+    assert learner.optimizers[0].param_groups[0]["lr"] == pytest.approx(0.0)
