@@ -1,5 +1,6 @@
-"""learners: MAGRPO (and, as they land, IAC, MAAC, MARLHF) for teams of Hugging Face causal-LM agents."""
+"""learners: MAGRPO, IAC and MAAC (MARLHF as it lands) for teams of Hugging Face causal-LM agents."""
 
+from learners.actor_critic import IAC, MAAC, IACConfig, IACTrainer, MAACConfig, MAACTrainer
 from learners.base import Learner, LearnerConfig
 from learners.checkpoint import CheckpointError, load_checkpoint, read_checkpoint_metadata, save_checkpoint
 from learners.reinforce import MAGRPO, MAGRPOConfig, MAGRPOTrainer
@@ -8,8 +9,14 @@ from learners.rollout import GenerationSettings, Rollout, RolloutEngine, SampleB
 __all__ = [
     "CheckpointError",
     "GenerationSettings",
+    "IAC",
+    "IACConfig",
+    "IACTrainer",
     "Learner",
     "LearnerConfig",
+    "MAAC",
+    "MAACConfig",
+    "MAACTrainer",
     "MAGRPO",
     "MAGRPOConfig",
     "MAGRPOTrainer",

@@ -34,7 +34,7 @@ from learners.checkpoint import CheckpointManager, load_checkpoint, read_checkpo
 from learners.logger import RunLogger
 from learners.rollout import GenerationSettings, Rollout, RolloutEngine
 
-__all__ = ["Learner", "LearnerConfig"]
+__all__ = ["Learner", "LearnerConfig", "clip_grad", "save_pretrained_with_head", "seed_everything"]
 
 LIBRARY_VERSION = comlrl_env.__version__
 
@@ -158,6 +158,8 @@ class Learner:
         agents: Sequence[Any] | None = None,
         num_agents: int | None = None,
         tokenizer: Any = None,
+        critic_model: Any = None,
+        critics: Sequence[Any] | None = None,
         model_config: dict[str, Any] | None = None,
         formatters: Any = None,
         external_transition: Callable[..., Sequence[str]] | None = None,
@@ -197,6 +199,7 @@ class Learner:
         self.wandb_config = wandb_config
         self.devices = _resolve_devices(cfg.agent_devices, count)
         self.model_config = dict(model_config or {})
+        self.critic_model, self.critic_sources = critic_model, critics
         self._validate()
 
         self.agents, self.tokenizers = load_agents(agent_model, agents, count if agents is None else None,
@@ -204,6 +207,7 @@ class Learner:
         self.agent_names = [model_name(a) for a in (agents if agents is not None else [agent_model] * count)]
         for model, device in zip(self.agents, self.devices):
             model.to(device)
+        self._setup_models()
         self.engine = RolloutEngine(self.agents, self.tokenizers, GenerationSettings(
             max_new_tokens=cfg.max_new_tokens, temperature=cfg.temperature, top_p=cfg.top_p, top_k=cfg.top_k,
             use_chat_template=cfg.use_chat_template, stop_strings=cfg.stop_strings,
@@ -223,7 +227,13 @@ class Learner:
     # ----- what a learner writes -------------------------------------------------
 
     def _validate(self) -> None:
-        """Learner-specific checks that must run before models load."""
+        """Learner-specific checks that must run before models load (critics are rejected by default)."""
+        if self.critic_model is not None or self.critic_sources is not None:
+            raise ValueError(f"{type(self).__name__} has no critic: leave critic_model and critics unset "
+                             "(IAC and MAAC take them).")
+
+    def _setup_models(self) -> None:
+        """Attach heads, load critics and their optimizers (runs after the agents load)."""
 
     def step(self, roots: list[TextParallelEnv]) -> dict[str, float]:
         """Roll out the reset environments `roots`, update the agents, return metrics."""
@@ -270,7 +280,7 @@ class Learner:
                 while self.batch_in_epoch < len(batches):
                     roots = self._reset_roots(self.env, batches[self.batch_in_epoch])
                     metrics = self.step(roots)
-                    for s in self.schedulers:
+                    for s in self.checkpoint_optimizers()[1]:  # every schedule steps once per rollout
                         s.step()
                     self.batch_in_epoch += 1
                     self.rollouts_done += 1
@@ -355,9 +365,7 @@ class Learner:
         """Write `output_dir/agent_{i}/` (model + tokenizer, loadable by the Auto classes) and `comlrl_env.json`."""
         os.makedirs(output_dir, exist_ok=True)
         for i, (model, tok) in enumerate(zip(self.agents, self.tokenizers)):
-            path = os.path.join(output_dir, f"agent_{i}")
-            model.save_pretrained(path)
-            tok.save_pretrained(path)
+            save_pretrained_with_head(model, os.path.join(output_dir, f"agent_{i}"), tok)
         self._save_extra_models(output_dir)
         manifest = {
             "learner": type(self).__name__,
@@ -518,6 +526,28 @@ def _resolve_devices(spec: Any, count: int) -> list[torch.device]:
     if len(spec) not in (1, count):
         raise ValueError(f"agent_devices has {len(spec)} entries for {count} agents; give 1 or {count}.")
     return [torch.device(s) for s in (spec * count if len(spec) == 1 else spec)]
+
+
+def clip_grad(model: torch.nn.Module, max_norm: float | None) -> float:
+    """Clip the gradient norm of `model` to `max_norm` (None: only measure it); return the norm before clipping."""
+    params = [p for p in model.parameters() if p.grad is not None]
+    if not params:
+        return 0.0
+    norm = torch.nn.utils.clip_grad_norm_(params, max_norm if max_norm is not None else float("inf"))
+    return float(norm)
+
+
+def save_pretrained_with_head(model: torch.nn.Module, path: str, tokenizer: Any = None) -> None:
+    """`save_pretrained` the backbone (loadable by the Auto classes); a `value_head` goes to `value_head.pt`."""
+    head = getattr(model, "value_head", None)
+    if head is None:
+        model.save_pretrained(path)
+    else:
+        state = {k: v for k, v in model.state_dict().items() if not k.startswith("value_head.")}
+        model.save_pretrained(path, state_dict=state)
+        torch.save(head.state_dict(), os.path.join(path, "value_head.pt"))
+    if tokenizer is not None:
+        tokenizer.save_pretrained(path)
 
 
 def seed_everything(seed: int) -> None:

@@ -26,8 +26,8 @@ import time
 
 import torch
 
-from learners.base import Learner, LearnerConfig, seed_everything
-from learners.rollout import Rollout, completion_logprobs
+from learners.base import Learner, LearnerConfig, clip_grad, seed_everything
+from learners.rollout import Rollout, completion_logprobs, rollout_metrics
 
 __all__ = [
     "MAGRPO",
@@ -169,6 +169,7 @@ class MAGRPO(Learner):
         seed_everything(cfg.seed)
 
     def _validate(self) -> None:
+        super()._validate()
         cfg: MAGRPOConfig = self.args
         if cfg.joint_mode == "cross" and cfg.num_generations ** self.num_agents > 4096:
             raise ValueError(
@@ -211,7 +212,7 @@ class MAGRPO(Learner):
                                    cfg.clip_range, cfg.length_normalization)
                 optimizer.zero_grad(set_to_none=True)
                 loss.backward()
-                norms.append(_clip_grad(model, cfg.max_grad_norm))
+                norms.append(clip_grad(model, cfg.max_grad_norm))
                 optimizer.step()
                 losses.append(float(loss.detach()))
             metrics[f"train/agent_{a}/loss"] = sum(losses) / len(losses)
@@ -244,37 +245,3 @@ class MAGRPO(Learner):
 
 
 MAGRPOTrainer = MAGRPO
-
-
-def rollout_metrics(rollout: Rollout, advantages: torch.Tensor, kl: torch.Tensor | None = None) -> dict[str, float]:
-    """Reward, return, advantage, length, KL and throughput metrics of one rollout."""
-    m: dict[str, float] = {"train/reward_mean": float(rollout.episode_returns.mean())}
-    A = rollout.rewards.shape[0]
-    for a in range(A):
-        lengths = rollout.samples[a].completion_mask.sum(1).float()
-        m[f"train/agent_{a}/reward_mean"] = float(rollout.rewards[a].mean())
-        m[f"train/agent_{a}/reward_std"] = float(rollout.rewards[a].std(unbiased=False))
-        m[f"train/agent_{a}/return_mean"] = float(rollout.returns[a].mean())
-        m[f"train/agent_{a}/advantage_mean"] = float(advantages[a].mean())
-        m[f"train/agent_{a}/advantage_std"] = float(advantages[a].std(unbiased=False))
-        m[f"train/agent_{a}/completion_length"] = float(lengths.mean())
-        if kl is not None:
-            m[f"train/agent_{a}/kl"] = float(kl[a].mean())
-    for t in rollout.turn.unique().tolist():
-        at = rollout.turn == t
-        m[f"train/turn_{t + 1}/reward_mean"] = float(rollout.rewards[:, at].mean())
-        m[f"train/turn_{t + 1}/return_mean"] = float(rollout.returns[:, at].mean())
-    tokens = sum(int(s.completion_mask.sum()) for s in rollout.samples)
-    m["train/invalid_action_rate"] = float(rollout.invalid_actions.sum()) / max(rollout.num_joint_actions * A, 1)
-    m["perf/seconds_generate"] = rollout.timings["generate"]
-    m["perf/seconds_env"] = rollout.timings["env"]
-    m["perf/tokens_per_second"] = tokens / max(rollout.timings["generate"], 1e-9)
-    return m
-
-
-def _clip_grad(model: torch.nn.Module, max_norm: float | None) -> float:
-    params = [p for p in model.parameters() if p.grad is not None]
-    if not params:
-        return 0.0
-    norm = torch.nn.utils.clip_grad_norm_(params, max_norm if max_norm is not None else float("inf"))
-    return float(norm)

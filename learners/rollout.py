@@ -45,6 +45,7 @@ __all__ = [
     "RolloutEngine",
     "SampleBatch",
     "completion_logprobs",
+    "rollout_metrics",
 ]
 
 
@@ -121,6 +122,8 @@ class Rollout:
     turn: torch.Tensor  # (S,) turn index of the sample
     task: torch.Tensor  # (S,) index of the task instance within the batch
     episode_returns: torch.Tensor  # (A, B) mean undiscounted return of each task instance's episodes
+    next_index: torch.Tensor  # (S,) row of the same episode's next sample, -1 at its end (parallel mode)
+    states: list[str]  # (S,) env.state() of the sample's node before acting (joint text)
     invalid_actions: torch.Tensor  # (A,) number of joint actions flagged invalid per agent
     num_joint_actions: int  # env steps taken (one per joint action)
     timings: dict[str, float]  # seconds spent generating and stepping environments
@@ -260,6 +263,7 @@ class RolloutEngine:
         joint_count = 0
         turn = 0
         while nodes:
+            states = [env.state() for env in nodes]  # joint text before acting (centralized critics)
             t0 = time.perf_counter()
             batches = [
                 self.generate(a, [obs[agent_ids[a]] for obs in observations], per_node, greedy)
@@ -295,6 +299,7 @@ class RolloutEngine:
             num_groups = len(nodes) if rollout_mode == "tree" else len(roots)
             group_of_node = torch.arange(len(nodes)) if rollout_mode == "tree" else torch.tensor(node_task)
             levels.append(dict(
+                state=[env_state for env_state in states],
                 node=torch.tensor(joint_node),
                 pick=torch.tensor(joint_pick),  # (J, A) sample index within the node, per agent
                 reward=torch.tensor(joint_reward, dtype=torch.float32),  # (J, A)
@@ -324,9 +329,18 @@ class RolloutEngine:
         A = len(parts)
         joint_returns = _backup(levels, discount)
         # Per-agent sample values: mean over the joint actions that contain the sample.
-        rewards, returns, groups, turns, tasks = [], [], [], [], []
+        rewards, returns, groups, turns, tasks, next_index, states = [], [], [], [], [], [], []
+        offset = 0
         for t, lv in enumerate(levels):
             S = lv["num_nodes"] * per_node
+            # In parallel mode (one sample per node) a joint action's child node is the episode's next row.
+            nxt = torch.full((S,), -1)
+            if per_node == 1:
+                has_child = lv["child"] >= 0
+                nxt[lv["node"][has_child]] = offset + S + lv["child"][has_child]
+            next_index.append(nxt)
+            offset += S
+            states += [text for text in lv["state"] for _ in range(per_node)]
             rew, ret = torch.zeros(A, S), torch.zeros(A, S)
             for a in range(A):
                 slot = lv["node"] * per_node + lv["pick"][:, a]
@@ -352,6 +366,8 @@ class RolloutEngine:
             turn=torch.cat(turns),
             task=torch.cat(tasks),
             episode_returns=ep.T.contiguous(),
+            next_index=torch.cat(next_index),
+            states=states,
             invalid_actions=invalid,
             num_joint_actions=joint_count,
             timings=timings,
@@ -389,3 +405,29 @@ def _completion_mask(completion: torch.Tensor, eos_ids: list[int], pad_id: int, 
         last = T - 1 - non_pad.flip(1).int().argmax(1)
         end = torch.where(has_eos, end, torch.where(non_pad.any(1), last, torch.full_like(last, -1)))
     return (positions[None, :] <= end[:, None]).long()
+
+
+def rollout_metrics(rollout: Rollout, advantages: torch.Tensor, kl: torch.Tensor | None = None) -> dict[str, float]:
+    """Reward, return, advantage, length, KL and throughput metrics of one rollout."""
+    m: dict[str, float] = {"train/reward_mean": float(rollout.episode_returns.mean())}
+    A = rollout.rewards.shape[0]
+    for a in range(A):
+        lengths = rollout.samples[a].completion_mask.sum(1).float()
+        m[f"train/agent_{a}/reward_mean"] = float(rollout.rewards[a].mean())
+        m[f"train/agent_{a}/reward_std"] = float(rollout.rewards[a].std(unbiased=False))
+        m[f"train/agent_{a}/return_mean"] = float(rollout.returns[a].mean())
+        m[f"train/agent_{a}/advantage_mean"] = float(advantages[a].mean())
+        m[f"train/agent_{a}/advantage_std"] = float(advantages[a].std(unbiased=False))
+        m[f"train/agent_{a}/completion_length"] = float(lengths.mean())
+        if kl is not None:
+            m[f"train/agent_{a}/kl"] = float(kl[a].mean())
+    for t in rollout.turn.unique().tolist():
+        at = rollout.turn == t
+        m[f"train/turn_{t + 1}/reward_mean"] = float(rollout.rewards[:, at].mean())
+        m[f"train/turn_{t + 1}/return_mean"] = float(rollout.returns[:, at].mean())
+    tokens = sum(int(s.completion_mask.sum()) for s in rollout.samples)
+    m["train/invalid_action_rate"] = float(rollout.invalid_actions.sum()) / max(rollout.num_joint_actions * A, 1)
+    m["perf/seconds_generate"] = rollout.timings["generate"]
+    m["perf/seconds_env"] = rollout.timings["env"]
+    m["perf/tokens_per_second"] = tokens / max(rollout.timings["generate"], 1e-9)
+    return m

@@ -242,3 +242,10 @@ def test_greedy_generation_is_deterministic(tiny_dir):
     a = engine.generate(0, ["x = 1", "y"], num_samples=1, greedy=True)
     b = engine.generate(0, ["x = 1", "y"], num_samples=1, greedy=True)
     assert a.completions == b.completions and torch.equal(a.completion_ids, b.completion_ids)
+
+
+def test_parallel_rollout_links_each_sample_to_its_episodes_next_turn_and_records_states():
+    r = Scripted().collect(roots(2), num_generations=2, rollout_mode="parallel")
+    # Rows 0-3 are turn 0 (task 0 copy 0, copy 1, task 1 copy 0, copy 1), rows 4-7 turn 1 in the same order.
+    assert r.next_index.tolist() == [4, 5, 6, 7, -1, -1, -1, -1]
+    assert r.states[0].startswith("[agent_0]\ntask 0 turn 0") and "task 1 turn 1" in r.states[6]
