@@ -354,12 +354,12 @@ class IAC(_ActorCritic):
             if not given:
                 raise ValueError("Either critic_model or critics must be provided when use_separate_critic=True "
                                  "(or set use_separate_critic=False to put value heads on the actors).")
-            resolve_sources("critic", self.critic_model, self.critic_sources, self.num_agents)
+            resolve_sources("critic", self.critic_model, self.critic_sources, self.num_agents, broadcast_objects=True)
 
     def _setup_models(self) -> None:
         cfg: IACConfig = self.args
         if cfg.use_separate_critic:
-            sources = resolve_sources("critic", self.critic_model, self.critic_sources, self.num_agents)
+            sources = resolve_sources("critic", self.critic_model, self.critic_sources, self.num_agents, broadcast_objects=True)
             devices = _critic_devices(cfg.critic_devices, self.num_agents, self.devices)
             self.critics = self._load_critic_models(sources, cfg.critic_value_head_hidden_dim, devices)
             for i, (critic, tok) in enumerate(zip(self.critics, self.tokenizers)):

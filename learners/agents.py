@@ -55,8 +55,13 @@ def load_agents(
     return models, tokenizers
 
 
-def resolve_sources(kind: str, model: Any, models: Sequence[Any] | None, count: int | None) -> list[Any]:
-    """Apply the homogeneous/heterogeneous rules; return one source (id, dir or object) per slot."""
+def resolve_sources(
+    kind: str, model: Any, models: Sequence[Any] | None, count: int | None, broadcast_objects: bool = False
+) -> list[Any]:
+    """Apply the homogeneous/heterogeneous rules; return one source (id, dir or object) per slot.
+
+    `broadcast_objects` lets one loaded object fill every slot (the caller copies it: critics).
+    """
     plural = f"{kind}s"
     if count is not None and (isinstance(count, bool) or not isinstance(count, int) or count < 1):
         raise ValueError(f"num_{plural} must be a positive int, got {count!r}.")
@@ -88,7 +93,7 @@ def resolve_sources(kind: str, model: Any, models: Sequence[Any] | None, count: 
     if isinstance(model, (list, tuple)):
         raise TypeError(f"{kind}_model must be one id, dir or model; pass a list as {plural}=.")
     n = count if count is not None else 1
-    if not isinstance(model, (str, os.PathLike)) and n > 1:
+    if not isinstance(model, (str, os.PathLike)) and n > 1 and not broadcast_objects:
         raise ValueError(
             f"{kind}_model is a loaded model object but num_{plural}={n}: pass a model id or dir to load "
             f"independent copies, or {plural}=[model] * {n} to share its parameters."

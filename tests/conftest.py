@@ -7,6 +7,10 @@ import torch
 
 from comlrl_env.testing import tiny_model
 
+# Tiny models gain nothing from a second thread, and OpenMP threads spinning against other
+# processes on a 2-core machine slow everything down by an order of magnitude.
+torch.set_num_threads(1)
+
 
 @pytest.fixture(scope="session")
 def tiny_dir(tmp_path_factory: pytest.TempPathFactory) -> str:
