@@ -1,8 +1,9 @@
-"""learners: MAGRPO, IAC and MAAC (MARLHF as it lands) for teams of Hugging Face causal-LM agents."""
+"""learners: MAGRPO, IAC, MAAC, MARLHF and MARLHFIter for teams of Hugging Face causal-LM agents."""
 
 from learners.actor_critic import IAC, MAAC, IACConfig, IACTrainer, MAACConfig, MAACTrainer
 from learners.base import Learner, LearnerConfig
 from learners.checkpoint import CheckpointError, load_checkpoint, read_checkpoint_metadata, save_checkpoint
+from learners.preference import MARLHF, MARLHFConfig, MARLHFIter, MARLHFIterConfig, MARLHFIterTrainer, MARLHFTrainer
 from learners.reinforce import MAGRPO, MAGRPOConfig, MAGRPOTrainer
 from learners.rollout import GenerationSettings, Rollout, RolloutEngine, SampleBatch
 
@@ -20,6 +21,12 @@ __all__ = [
     "MAGRPO",
     "MAGRPOConfig",
     "MAGRPOTrainer",
+    "MARLHF",
+    "MARLHFConfig",
+    "MARLHFIter",
+    "MARLHFIterConfig",
+    "MARLHFIterTrainer",
+    "MARLHFTrainer",
     "Rollout",
     "RolloutEngine",
     "SampleBatch",

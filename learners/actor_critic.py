@@ -233,6 +233,7 @@ class _ActorCritic(Learner):
     def step(self, roots: list) -> dict[str, float]:
         cfg: _ActorCriticConfig = self.args
         rollout = self.engine.collect(roots, cfg.num_generations, "parallel", "aligned", cfg.discount)
+        rollout = self._relabel(rollout)
         self.env_steps += rollout.num_joint_actions
         t0 = time.perf_counter()
         chunks = self._minibatches(rollout.num_samples)

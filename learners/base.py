@@ -33,6 +33,7 @@ from learners.agents import load_agents, model_name
 from learners.checkpoint import CheckpointManager, load_checkpoint, read_checkpoint_metadata, save_checkpoint
 from learners.logger import RunLogger
 from learners.rollout import GenerationSettings, Rollout, RolloutEngine
+from rewards.models import RewardModel, joint_text
 
 __all__ = ["Learner", "LearnerConfig", "clip_grad", "save_pretrained_with_head", "seed_everything"]
 
@@ -215,6 +216,8 @@ class Learner:
         ))
         self.optimizers = [self._optimizer(m.parameters(), cfg.agent_learning_rate) for m in self.agents]
         self.schedulers = [self._scheduler(o) for o in self.optimizers]
+        self.reward_model: RewardModel | None = None  # set by MARLHF: replaces the task reward in training
+        self.reward_normalization: tuple[float, float] | None = None  # (mean, std) applied to its scores
         self.run_id = uuid.uuid4().hex
         self.library_version = LIBRARY_VERSION
         self.checkpoint_sequence = 0
@@ -231,6 +234,29 @@ class Learner:
         if self.critic_model is not None or self.critic_sources is not None:
             raise ValueError(f"{type(self).__name__} has no critic: leave critic_model and critics unset "
                              "(IAC and MAAC take them).")
+
+    def _relabel(self, rollout: Rollout) -> Rollout:
+        """With a frozen `reward_model` (MARLHF's policy phase), its joint score replaces the task reward.
+
+        Single-turn only: the score of a joint answer is every agent's reward and return. The task
+        reward stays available as `task_episode_returns` for metrics.
+        """
+        if self.reward_model is None:
+            return rollout
+        if int(rollout.turn.max()) > 0:
+            raise ValueError("a learned reward model scores single-turn episodes only; set num_turns=1.")
+        A, S = len(rollout.samples), rollout.num_samples
+        texts = [joint_text(rollout.states[s], [rollout.samples[a].completions[s] for a in range(A)]) for s in range(S)]
+        scores = self.reward_model.score(texts)
+        if self.reward_normalization is not None:
+            mean, std = self.reward_normalization
+            scores = (scores - mean) / std
+        rewards = scores.expand(A, S).clone()
+        B = rollout.episode_returns.shape[1]
+        per_task = torch.zeros(B).index_add_(0, rollout.task, scores) / torch.bincount(rollout.task, minlength=B)
+        return dataclasses.replace(rollout, rewards=rewards, returns=rewards.clone(),
+                                   episode_returns=per_task.expand(A, B).clone(),
+                                   task_episode_returns=rollout.episode_returns)
 
     def _setup_models(self) -> None:
         """Attach heads, load critics and their optimizers (runs after the agents load)."""
@@ -390,7 +416,10 @@ class Learner:
 
     def checkpoint_modules(self) -> dict[str, torch.nn.Module]:
         """Every trained module by a stable name (learners with critics or heads add theirs)."""
-        return {f"agent_{i}": m for i, m in enumerate(self.agents)}
+        modules = {f"agent_{i}": m for i, m in enumerate(self.agents)}
+        if self.reward_model is not None:
+            modules["reward_model"] = self.reward_model
+        return modules
 
     def checkpoint_optimizers(self) -> tuple[list[torch.optim.Optimizer], list[Any]]:
         """Optimizers and schedulers, in a stable order."""

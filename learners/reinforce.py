@@ -67,11 +67,7 @@ class MAGRPOConfig(LearnerConfig):
 
     def __post_init__(self) -> None:
         super().__post_init__()
-        if isinstance(self.num_generations, bool) or not isinstance(self.num_generations, int) or self.num_generations < 2:
-            raise ValueError(
-                f"num_generations must be >= 2 for a group baseline, got {self.num_generations}. "
-                "Use IAC for single-sample training."
-            )
+        self._check_group_size()
         if self.joint_mode == "align":
             self.joint_mode = "aligned"
         if self.joint_mode not in ("aligned", "cross"):
@@ -86,6 +82,12 @@ class MAGRPOConfig(LearnerConfig):
             raise ValueError(f"clip_range must be > 0, got {self.clip_range}.")
         if self.reference_kl_coef < 0:
             raise ValueError(f"reference_kl_coef must be >= 0, got {self.reference_kl_coef}.")
+
+    def _check_group_size(self, minimum: int = 2) -> None:
+        k = self.num_generations
+        if isinstance(k, bool) or not isinstance(k, int) or k < minimum:
+            raise ValueError(f"num_generations must be >= {minimum} for a group baseline, got {k}. "
+                             "Use IAC for single-sample training.")
 
 
 def group_relative_advantages(
@@ -180,6 +182,7 @@ class MAGRPO(Learner):
     def step(self, roots: list) -> dict[str, float]:
         cfg: MAGRPOConfig = self.args
         rollout = self.engine.collect(roots, cfg.num_generations, cfg.rollout_mode, cfg.joint_mode, cfg.discount)
+        rollout = self._relabel(rollout)
         self.env_steps += rollout.num_joint_actions
         t0 = time.perf_counter()
         chunks = self._minibatches(rollout)

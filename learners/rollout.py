@@ -127,6 +127,7 @@ class Rollout:
     invalid_actions: torch.Tensor  # (A,) number of joint actions flagged invalid per agent
     num_joint_actions: int  # env steps taken (one per joint action)
     timings: dict[str, float]  # seconds spent generating and stepping environments
+    task_episode_returns: torch.Tensor | None = None  # (A, B) the task's returns when a reward model relabelled
 
     @property
     def num_samples(self) -> int:
@@ -410,6 +411,8 @@ def _completion_mask(completion: torch.Tensor, eos_ids: list[int], pad_id: int, 
 def rollout_metrics(rollout: Rollout, advantages: torch.Tensor, kl: torch.Tensor | None = None) -> dict[str, float]:
     """Reward, return, advantage, length, KL and throughput metrics of one rollout."""
     m: dict[str, float] = {"train/reward_mean": float(rollout.episode_returns.mean())}
+    if rollout.task_episode_returns is not None:
+        m["train/task_reward_mean"] = float(rollout.task_episode_returns.mean())
     A = rollout.rewards.shape[0]
     for a in range(A):
         lengths = rollout.samples[a].completion_mask.sum(1).float()

@@ -2,11 +2,15 @@
 
 from rewards.calling import RewardFunctionError, call_reward_function
 from rewards.functions import exact_match, length_ratio, word_overlap
+from rewards.models import RewardModel, bradley_terry_loss, joint_text
 
 __all__ = [
     "RewardFunctionError",
+    "RewardModel",
+    "bradley_terry_loss",
     "call_reward_function",
     "exact_match",
+    "joint_text",
     "length_ratio",
     "word_overlap",
 ]

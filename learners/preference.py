@@ -1,0 +1,545 @@
+"""MARLHF and MARLHFIter: policy learning against a joint reward model learned from preferences.
+
+One preference stage, then a policy phase:
+
+1. the current agents sample `preference_num_candidates` joint answers per task
+   instance (one batched generate per agent, as the rollout engine does);
+2. pairs (winner, loser) are labelled by the task reward (ties dropped) and
+   selected by `pair_selection`;
+3. a `rewards.RewardModel` (backbone from `reward_model_name`, scalar head on
+   the last non-padding token) is trained with the Bradley-Terry loss
+   -mean log sigmoid(s_w - s_l); its accuracy on held-out pairs is logged;
+4. the model is frozen and its score of the joint answer replaces the task
+   reward in the chosen RL learner (`rl_algorithm`: MAGRPO and its advantage
+   variants, IAC or MAAC; their code is reused, not copied). Evaluation always
+   uses the task reward.
+
+`MARLHFIter` repeats stages 1-4 `num_iterations` times, re-loading the reward
+model from its source every iteration (as the seed system does), with
+comparator policies (`current`, `current_copy`, `history`, `model`) and replay
+of earlier iterations' pairs (`current`, `nearest_k`, `all_history`,
+`lambda_decay`).
+"""
+
+from __future__ import annotations
+
+import copy
+import dataclasses
+import json
+import math
+import os
+import tempfile
+from typing import Any, Sequence
+
+import torch
+
+from learners.actor_critic import IAC, MAAC, IACConfig, MAACConfig
+from learners.agents import load_causal_lm, model_name
+from learners.base import Learner
+from learners.reinforce import MAGRPO, MAGRPOConfig
+from learners.rollout import Rollout, RolloutEngine
+from rewards.models import RewardModel, bradley_terry_loss, joint_text
+
+__all__ = [
+    "MARLHF",
+    "MARLHFConfig",
+    "MARLHFIter",
+    "MARLHFIterConfig",
+    "MARLHFIterTrainer",
+    "MARLHFTrainer",
+    "replay_weights",
+    "select_pairs",
+]
+
+RL_ALGORITHMS = {
+    "magrpo": (MAGRPO, "mean"), "mareinforce": (MAGRPO, "raw"), "mareforce": (MAGRPO, "raw"),
+    "maremax": (MAGRPO, "max"), "marloo": (MAGRPO, "rloo"), "iac": (IAC, None), "maac": (MAAC, None),
+}
+PAIR_SELECTIONS = ("reward_gap", "random", "all")
+REPLAY_MODES = {"current": "current", "latest": "current", "new": "current", "nearest_k": "nearest_k",
+                "recent_k": "nearest_k", "last_k": "nearest_k", "k": "nearest_k", "all_history": "all_history",
+                "lambda": "lambda_decay", "lambda_decay": "lambda_decay", "td_lambda": "lambda_decay",
+                "td-lambda": "lambda_decay"}
+COMPARATORS = {"current": "current", "self": "current", "online": "current", "current_copy": "current_copy",
+               "copy": "current_copy", "online_copy": "current_copy", "history": "history",
+               "checkpoint": "history", "previous": "history", "previous_iteration": "history", "model": "model",
+               "external": "model", "comparator": "model", "reference": "model", "ref": "model"}
+SCORING = {"task": "task", "oracle": "task", "environment": "task", "env": "task",
+           "reward_model": "reward_model", "model": "reward_model", "learned": "reward_model"}
+
+
+@dataclasses.dataclass
+class MARLHFConfig(MAGRPOConfig):
+    """MARLHF settings: the MAGRPO fields (policy phase), critic fields for IAC/MAAC, and preference fields."""
+
+    rl_algorithm: str = "magrpo"
+    """Policy learner: magrpo, mareinforce (raw), maremax (max), marloo (rloo), iac or maac."""
+    reward_model_name: str | None = None
+    """Hub id or local causal-LM dir of the reward model's backbone; None: the first agent's id."""
+    reward_model_device: str | None = None
+    """Device of the reward model; None: the first agent's device (never a hard-coded GPU)."""
+    reward_learning_rate: float = 1e-5
+    reward_num_train_epochs: int = 1
+    reward_train_batch_size: int = 8
+    reward_max_length: int | None = None
+    """Truncate joint texts (from the left) to this many tokens for the reward model."""
+    reward_freeze_backbone: bool = False
+    """Train only the reward head."""
+    reward_normalization: bool = False
+    """Standardize reward-model scores with the mean/std of the preference candidates' scores."""
+    reward_heldout_fraction: float = 0.1
+    """Pairs held out to measure the reward model's accuracy each stage."""
+    preference_num_candidates: int = 8
+    """Joint answers sampled per task instance to form pairs (the reference defaulted to 80)."""
+    preference_pairs_per_sample: int | None = 16
+    pair_selection: str = "reward_gap"
+    """"reward_gap" (largest gaps first), "random" or "all" (in index order)."""
+    collaboration_mode: str = "decentralized"
+    dpo_beta: float = 0.1
+    """Accepted for compatibility with the reference config; MARLHF does not use it."""
+    use_environment_step: bool = True
+    environment_steps_per_pair: int = 2
+    # Used when rl_algorithm is "iac" or "maac":
+    critic_model_name: str | None = None
+    critic_learning_rate: float | None = None
+    critic_devices: str | list[str] | None = None
+    use_separate_critic: bool = True
+    critic_type: str = "v"
+    value_loss_coef: float = 0.6
+    value_clip_range: float | None = 0.2
+    critic_value_head_hidden_dim: int | None = None
+    value_head_hidden_dim: int | None = None
+    gae_lambda: float = 0.95
+    ppo_epochs: int = 1
+
+    def __post_init__(self) -> None:
+        self.rl_algorithm = str(self.rl_algorithm).lower()
+        if self.rl_algorithm not in RL_ALGORITHMS:
+            raise ValueError(f"rl_algorithm must be one of {', '.join(RL_ALGORITHMS)}, got {self.rl_algorithm!r}.")
+        super().__post_init__()
+        if self.num_turns != 1:
+            raise ValueError(f"preference learning scores single-turn joint answers; num_turns must be 1, got {self.num_turns}.")
+        if self.collaboration_mode != "decentralized":
+            raise ValueError(f"collaboration_mode {self.collaboration_mode!r} is not supported; use 'decentralized'.")
+        if self.pair_selection not in PAIR_SELECTIONS:
+            raise ValueError(f"pair_selection must be one of {', '.join(PAIR_SELECTIONS)}, got {self.pair_selection!r}.")
+        if self.pair_selection == "all" and self.preference_pairs_per_sample is not None:
+            raise ValueError("pair_selection='all' keeps every pair: set preference_pairs_per_sample=None.")
+        if self.preference_num_candidates < 2:
+            raise ValueError(f"preference_num_candidates must be >= 2, got {self.preference_num_candidates}.")
+        if self.preference_pairs_per_sample is not None and self.preference_pairs_per_sample < 1:
+            raise ValueError(f"preference_pairs_per_sample must be >= 1 or None, got {self.preference_pairs_per_sample}.")
+        for name in ("reward_learning_rate", "reward_num_train_epochs", "reward_train_batch_size"):
+            if getattr(self, name) <= 0:
+                raise ValueError(f"{name} must be > 0, got {getattr(self, name)}.")
+        if self.reward_max_length is not None and self.reward_max_length < 1:
+            raise ValueError(f"reward_max_length must be >= 1 or None, got {self.reward_max_length}.")
+        if not 0.0 <= self.reward_heldout_fraction < 1.0:
+            raise ValueError(f"reward_heldout_fraction must be in [0, 1), got {self.reward_heldout_fraction}.")
+
+    def _check_group_size(self, minimum: int = 2) -> None:
+        super()._check_group_size(1 if RL_ALGORITHMS[self.rl_algorithm][0] is not MAGRPO else 2)
+
+    def policy_config(self) -> tuple[type[Learner], Any]:
+        """The RL learner class and its config, built from this config's fields of the same names."""
+        cls, mode = RL_ALGORITHMS[self.rl_algorithm]
+        target = {MAGRPO: MAGRPOConfig, IAC: IACConfig, MAAC: MAACConfig}[cls]
+        values = {f.name: getattr(self, f.name) for f in dataclasses.fields(target) if hasattr(self, f.name)}
+        if mode is not None:
+            values["advantage_mode"] = mode
+        return cls, target(**values)
+
+
+@dataclasses.dataclass
+class MARLHFIterConfig(MARLHFConfig):
+    """MARLHFIter settings: MARLHF's, plus iterations, replay and comparator policies."""
+
+    num_iterations: int = 6
+    """Preference-then-policy iterations; counts the whole run, also on resume."""
+    num_train_epochs: int = 2
+    """Policy epochs per iteration."""
+    reward_num_train_epochs: int = 2
+    preference_pairs_per_sample: int | None = 4
+    preference_scoring_reward: str = "task"
+    """Label pairs with the task reward ("task") or the previous iteration's reward model ("reward_model")."""
+    preference_replay_mode: str = "current"
+    preference_replay_k: int | None = None
+    preference_replay_lambda: float | None = None
+    preference_replay_sample_size: int | None = None
+    """Pairs drawn from the replay per iteration; None: this iteration's pair count."""
+    preference_replay_dir: str | None = None
+    """Write each iteration's pairs as JSON here (a fresh resume-* subdirectory when resuming into a non-empty one)."""
+    comparator_policy: str = "current"
+    """Who the current agents are compared with: their own samples ("current"), a frozen copy taken at the
+    iteration's start ("current_copy"), the agents of `comparator_history_k` iterations ago ("history"),
+    or fixed models (`comparator_model_name` / `comparator_agents`, "model")."""
+    comparator_model_name: str | None = None
+    comparator_agents: list[str] | None = None
+    comparator_num_candidates: int | None = None
+    comparator_history_k: int | None = None
+
+    def __post_init__(self) -> None:
+        super().__post_init__()
+        if self.num_iterations < 1:
+            raise ValueError(f"num_iterations must be >= 1, got {self.num_iterations}.")
+        self.preference_scoring_reward = SCORING.get(str(self.preference_scoring_reward).lower(), "")
+        if not self.preference_scoring_reward:
+            raise ValueError("preference_scoring_reward must be 'task' or 'reward_model'.")
+        mode = REPLAY_MODES.get(str(self.preference_replay_mode).lower())
+        if mode is None:
+            raise ValueError(f"preference_replay_mode must be current, nearest_k, all_history or lambda_decay, "
+                             f"got {self.preference_replay_mode!r}.")
+        self.preference_replay_mode = mode
+        if mode == "nearest_k" and (self.preference_replay_k is None or self.preference_replay_k < 1):
+            raise ValueError("preference_replay_mode='nearest_k' needs preference_replay_k >= 1.")
+        if mode == "current" and self.preference_replay_k not in (None, 1):
+            raise ValueError("preference_replay_k only applies to nearest_k (current accepts None or 1).")
+        if mode == "lambda_decay" and not (self.preference_replay_lambda is not None and 0 <= self.preference_replay_lambda <= 1):
+            raise ValueError("preference_replay_mode='lambda_decay' needs preference_replay_lambda in [0, 1].")
+        comparator = COMPARATORS.get(str(self.comparator_policy).lower())
+        if comparator is None:
+            raise ValueError(f"comparator_policy must be current, current_copy, history or model, "
+                             f"got {self.comparator_policy!r}.")
+        self.comparator_policy = comparator
+        has_models = self.comparator_model_name is not None or self.comparator_agents is not None
+        if comparator == "model" and not has_models:
+            raise ValueError("comparator_policy='model' needs comparator_model_name or comparator_agents.")
+        if comparator != "model" and has_models:
+            raise ValueError(f"comparator_model_name / comparator_agents only apply to comparator_policy='model', "
+                             f"not {comparator!r}.")
+        if self.comparator_history_k is not None and comparator != "history":
+            raise ValueError("comparator_history_k only applies to comparator_policy='history'.")
+        if comparator == "history" and self.comparator_history_k is None:
+            self.comparator_history_k = 1
+        if self.comparator_num_candidates is not None and self.comparator_num_candidates < 1:
+            raise ValueError(f"comparator_num_candidates must be >= 1, got {self.comparator_num_candidates}.")
+
+
+# ----- pure functions ---------------------------------------------------------------------------
+
+
+def select_pairs(
+    rewards: Sequence[float], pairs_per_sample: int | None, selection: str, generator: torch.Generator | None = None
+) -> list[tuple[int, int]]:
+    """Ordered (winner, loser) index pairs among one task instance's candidates.
+
+    Every (w, l) with r_w > r_l is a candidate pair (ties dropped); "reward_gap" sorts them by
+    r_w - r_l (largest first, stable), "random" shuffles them, "all" keeps index order; then the
+    first `pairs_per_sample` are kept. Example: r = [1, 0, 1] -> (0,1), (2,1) with gaps 1, 1.
+    """
+    pairs = [(w, l) for w in range(len(rewards)) for l in range(len(rewards)) if rewards[w] > rewards[l]]
+    if selection == "reward_gap":
+        pairs.sort(key=lambda p: rewards[p[1]] - rewards[p[0]])
+    elif selection == "random":
+        pairs = [pairs[i] for i in torch.randperm(len(pairs), generator=generator).tolist()]
+    elif selection != "all":
+        raise ValueError(f"selection must be one of {PAIR_SELECTIONS}, got {selection!r}.")
+    return pairs if pairs_per_sample is None else pairs[:pairs_per_sample]
+
+
+def replay_weights(num_shards: int, mode: str, k: int | None = None, lam: float | None = None) -> list[float]:
+    """Sampling weight of each pair shard (oldest first) for a replay mode.
+
+    current: only the newest; nearest_k: the newest k equally; all_history: all equally;
+    lambda_decay: w_a proportional to (1 - lam) lam^a by age a (newest a = 0), uniform when lam = 1.
+    """
+    ages = list(reversed(range(num_shards)))
+    if mode == "current":
+        w = [1.0 if a == 0 else 0.0 for a in ages]
+    elif mode == "nearest_k":
+        w = [1.0 if a < (k or 1) else 0.0 for a in ages]
+    elif mode == "all_history":
+        w = [1.0] * num_shards
+    elif mode == "lambda_decay":
+        w = [1.0] * num_shards if lam == 1 else [(1 - lam) * lam**a for a in ages]
+    else:
+        raise ValueError(f"unknown replay mode {mode!r}.")
+    total = sum(w)
+    return [x / total for x in w] if total > 0 else [1.0 / num_shards] * num_shards
+
+
+# ----- the learners ------------------------------------------------------------------------------
+
+
+class MARLHF:
+    """Preference stage + policy phase; `learner.policy` is the MAGRPO / IAC / MAAC doing the RL.
+
+    Takes the constructor arguments of the other learners (DESIGN section 5) and a `MARLHFConfig`.
+    `agents`, `critics`, `tokenizers`, `env`, `evaluate()` and checkpoints are the policy learner's.
+    """
+
+    config_class: type[MARLHFConfig] = MARLHFConfig
+
+    def __init__(self, *, args: MARLHFConfig | None = None, critic_model: Any = None, critics: Any = None,
+                 **kwargs: Any) -> None:
+        cfg = args if args is not None else self.config_class()
+        if not isinstance(cfg, self.config_class):
+            raise TypeError(f"args must be a {self.config_class.__name__}, got {type(cfg).__name__}.")
+        self.args = cfg
+        source = cfg.reward_model_name
+        if source is None:
+            names = kwargs.get("agents") or [kwargs.get("agent_model")]
+            source = model_name(names[0]) if names and names[0] is not None else None
+            if source is None:
+                raise ValueError("reward_model_name is required when the agents are model objects without an id: "
+                                 "set MARLHFConfig(reward_model_name='id or dir').")
+        self.reward_model_source = source
+        policy_cls, policy_cfg = cfg.policy_config()
+        separate_critic = policy_cls is MAAC or (policy_cls is IAC and cfg.use_separate_critic)
+        if separate_critic and critic_model is None and critics is None:
+            # As the seed: critics default to critic_model_name, else the first actor's id.
+            critic_model = cfg.critic_model_name or model_name((kwargs.get("agents") or [kwargs.get("agent_model")])[0])
+        self.policy: Learner = policy_cls(args=policy_cfg, critic_model=critic_model, critics=critics, **kwargs)
+        self.reward_device = torch.device(cfg.reward_model_device) if cfg.reward_model_device else self.policy.devices[0]
+        self.reward_model: RewardModel | None = None
+        self.shards: list[list[dict[str, Any]]] = []  # pairs of each iteration (texts and rewards)
+        self.iteration = 0
+        self.history: list[list[dict[str, torch.Tensor]]] = []  # agent weights at each iteration's start (CPU)
+
+    # ----- what users call ------------------------------------------------------------------------
+
+    @property
+    def agents(self) -> list[Any]:
+        return self.policy.agents
+
+    @property
+    def critics(self) -> list[Any]:
+        return getattr(self.policy, "critics", [])
+
+    @property
+    def tokenizers(self) -> list[Any]:
+        return self.policy.tokenizers
+
+    @property
+    def env(self) -> Any:
+        return self.policy.env
+
+    def learn(self, **checkpoint_kwargs: Any) -> dict[str, float]:
+        """Run the preference stage(s) and policy phase(s); checkpoint arguments as `Learner.learn`."""
+        cfg = self.args
+        iterations = getattr(cfg, "num_iterations", 1)
+        epochs_per_iteration = cfg.num_train_epochs
+        metrics: dict[str, float] = {}
+        while self.iteration < iterations:
+            metrics = self.preference_stage()
+            self.policy.args.num_train_epochs = epochs_per_iteration * (self.iteration + 1)
+            metrics.update(self.policy.learn(**checkpoint_kwargs))
+            self.iteration += 1
+        return metrics
+
+    def train(self, **kwargs: Any) -> dict[str, float]:
+        """Alias of `learn()`."""
+        return self.learn(**kwargs)
+
+    def evaluate(self, *args: Any, **kwargs: Any) -> dict[str, float]:
+        """The policy learner's evaluation, always with the task reward."""
+        return self.policy.evaluate(*args, **kwargs)
+
+    def save_model(self, output_dir: str) -> None:
+        """The policy learner's export plus `reward_model/` (backbone + `reward_head.pt`)."""
+        self.policy.save_model(output_dir)
+        if self.reward_model is not None:
+            self.reward_model.save_pretrained(os.path.join(output_dir, "reward_model"))
+
+    # ----- one preference stage ---------------------------------------------------------------------
+
+    def preference_stage(self) -> dict[str, float]:
+        """Collect candidates, label and select pairs, train and freeze a fresh reward model."""
+        cfg = self.args
+        self.policy.reward_model = None  # candidates are labelled with the task reward (or `_pair_scorer()`)
+        pairs, scores = self.collect_pairs(self._pair_scorer())
+        self.shards.append(pairs)
+        self._write_shard(pairs)
+        training_pairs = self._replay()
+        self.reward_model = RewardModel.from_pretrained(
+            self.reward_model_source, device=self.reward_device, freeze_backbone=cfg.reward_freeze_backbone,
+            max_length=cfg.reward_max_length,
+        )
+        metrics = self.train_reward_model(training_pairs)
+        self.reward_model.eval().requires_grad_(False)
+        if cfg.reward_normalization:
+            candidate_scores = self.reward_model.score(scores)
+            self.policy.reward_normalization = (float(candidate_scores.mean()),
+                                                max(float(candidate_scores.std(unbiased=False)), 1e-6))
+        self.policy.reward_model = self.reward_model
+        metrics.update({"preference/iteration": float(self.iteration), "preference/current_pairs": float(len(pairs)),
+                        "preference/train_pairs": float(len(training_pairs)),
+                        "preference/total_pairs": float(sum(len(s) for s in self.shards))})
+        self.policy.logger.log(metrics, self.policy.env_steps)
+        return metrics
+
+    def collect_pairs(self, scorer: RewardModel | None = None) -> tuple[list[dict[str, Any]], list[str]]:
+        """Sample candidates for every task instance and return the selected pairs and all candidate texts."""
+        cfg, policy = self.args, self.policy
+        P = cfg.preference_num_candidates
+        gen = torch.Generator().manual_seed(cfg.seed * 31 + self.iteration)
+        order = policy._epoch_order(policy.env, epoch=-2 - self.iteration)
+        comparator = self._comparator_engine()
+        pairs: list[dict[str, Any]] = []
+        texts_all: list[str] = []
+        for start in range(0, len(order), cfg.rollout_buffer_size):
+            roots = policy._reset_roots(policy.env, order[start:start + cfg.rollout_buffer_size])
+            twins = [r.clone() for r in roots] if comparator is not None else None
+            current = policy.engine.collect(roots, P, "tree", "aligned", 1.0)
+            policy.env_steps += current.num_joint_actions
+            texts, rewards = self._label(current, scorer)
+            texts_all += texts
+            if comparator is None:
+                for b in range(len(roots)):
+                    rows = (current.task == b).nonzero().squeeze(1).tolist()
+                    chosen = select_pairs([rewards[r] for r in rows], cfg.preference_pairs_per_sample,
+                                          cfg.pair_selection, gen)
+                    pairs += [self._pair(texts[rows[w]], texts[rows[l]], rewards[rows[w]], rewards[rows[l]])
+                              for w, l in chosen]
+            else:
+                other = comparator.collect(twins, cfg.comparator_num_candidates or P, "tree", "aligned", 1.0)
+                other_texts, other_rewards = self._label(other, scorer)
+                for b in range(len(roots)):
+                    mine = (current.task == b).nonzero().squeeze(1).tolist()
+                    theirs = (other.task == b).nonzero().squeeze(1).tolist()
+                    matched = []  # index-matched current_i vs comparator_i; the higher reward wins
+                    for i, j in zip(mine, theirs):
+                        if rewards[i] != other_rewards[j]:
+                            win = rewards[i] > other_rewards[j]
+                            matched.append(self._pair(texts[i] if win else other_texts[j], other_texts[j] if win else texts[i],
+                                                      max(rewards[i], other_rewards[j]), min(rewards[i], other_rewards[j])))
+                    if cfg.pair_selection == "reward_gap":
+                        matched.sort(key=lambda p: p["loser_reward"] - p["winner_reward"])
+                    elif cfg.pair_selection == "random":
+                        matched = [matched[i] for i in torch.randperm(len(matched), generator=gen).tolist()]
+                    pairs += matched[: cfg.preference_pairs_per_sample]
+        return pairs, texts_all
+
+    def train_reward_model(self, pairs: list[dict[str, Any]]) -> dict[str, float]:
+        """Bradley-Terry training on `pairs`; returns loss and train / held-out accuracy."""
+        cfg, rm = self.args, self.reward_model
+        if not pairs:
+            return {"preference/reward_model_loss": float("nan")}
+        gen = torch.Generator().manual_seed(cfg.seed * 131 + self.iteration)
+        order = torch.randperm(len(pairs), generator=gen).tolist()
+        n_held = int(len(pairs) * cfg.reward_heldout_fraction) if len(pairs) >= 10 else 0
+        held, train = [pairs[i] for i in order[:n_held]], [pairs[i] for i in order[n_held:]]
+        params = [p for p in rm.parameters() if p.requires_grad]
+        optimizer = torch.optim.AdamW(params, lr=cfg.reward_learning_rate)
+        rm.train()
+        losses = []
+        for _ in range(cfg.reward_num_train_epochs):
+            perm = torch.randperm(len(train), generator=gen).tolist()
+            for i in range(0, len(train), cfg.reward_train_batch_size):
+                batch = [train[j] for j in perm[i:i + cfg.reward_train_batch_size]]
+                scores = rm([p["winner"] for p in batch] + [p["loser"] for p in batch])
+                loss = bradley_terry_loss(scores[: len(batch)], scores[len(batch):])
+                optimizer.zero_grad(set_to_none=True)
+                loss.backward()
+                optimizer.step()
+                losses.append(float(loss.detach()))
+        rm.eval()
+        metrics = {"preference/reward_model_loss": sum(losses) / len(losses),
+                   "preference/reward_model_accuracy_train": _accuracy(rm, train)}
+        if held:
+            metrics["preference/reward_model_accuracy_heldout"] = _accuracy(rm, held)
+        return metrics
+
+    # ----- helpers -----------------------------------------------------------------------------------
+
+    def _label(self, rollout: Rollout, scorer: RewardModel | None) -> tuple[list[str], list[float]]:
+        A = len(rollout.samples)
+        texts = [joint_text(rollout.states[s], [rollout.samples[a].completions[s] for a in range(A)])
+                 for s in range(rollout.num_samples)]
+        if scorer is not None:
+            return texts, scorer.score(texts).tolist()
+        return texts, rollout.rewards.mean(0).tolist()  # the team's task reward
+
+    @staticmethod
+    def _pair(winner: str, loser: str, rw: float, rl: float) -> dict[str, Any]:
+        return {"winner": winner, "loser": loser, "winner_reward": rw, "loser_reward": rl}
+
+    def _pair_scorer(self) -> RewardModel | None:
+        return None
+
+    def _comparator_engine(self) -> RolloutEngine | None:
+        return None
+
+    def _replay(self) -> list[dict[str, Any]]:
+        return self.shards[-1]
+
+    def _write_shard(self, pairs: list[dict[str, Any]]) -> None:
+        pass
+
+
+class MARLHFIter(MARLHF):
+    """MARLHF repeated `num_iterations` times, with comparators and replay of earlier pairs."""
+
+    config_class = MARLHFIterConfig
+
+    def _pair_scorer(self) -> RewardModel | None:
+        """The previous iteration's reward model labels pairs when `preference_scoring_reward="reward_model"`."""
+        return self.reward_model if self.args.preference_scoring_reward == "reward_model" else None
+
+    def _comparator_engine(self) -> RolloutEngine | None:
+        cfg: MARLHFIterConfig = self.args
+        if cfg.comparator_policy == "current":
+            return None
+        if cfg.comparator_policy in ("current_copy", "history"):
+            # Snapshots stay in memory (CPU), never re-read from disk per item; keep only those still needed.
+            self.history.append([{k: v.detach().cpu().clone() for k, v in a.state_dict().items()} for a in self.agents])
+            self.history = self.history[-((cfg.comparator_history_k or 0) + 1):]
+        if cfg.comparator_policy == "model":
+            sources = cfg.comparator_agents or [cfg.comparator_model_name] * self.policy.num_agents
+            if len(sources) != self.policy.num_agents:
+                raise ValueError(f"comparator_agents has {len(sources)} entries for {self.policy.num_agents} agents.")
+            models = [load_causal_lm(s, {}).to(d).eval() for s, d in zip(sources, self.policy.devices)]
+        else:
+            back = 0 if cfg.comparator_policy == "current_copy" else cfg.comparator_history_k
+            snapshot = self.history[max(len(self.history) - 1 - back, 0)]
+            models = []
+            for agent, state in zip(self.agents, snapshot):
+                twin = copy.deepcopy(agent)
+                twin.load_state_dict(state)
+                models.append(twin.eval().requires_grad_(False))
+        return RolloutEngine(models, self.tokenizers, self.policy.engine.settings)
+
+    def _replay(self) -> list[dict[str, Any]]:
+        cfg: MARLHFIterConfig = self.args
+        weights = replay_weights(len(self.shards), cfg.preference_replay_mode, cfg.preference_replay_k,
+                                 cfg.preference_replay_lambda)
+        if cfg.preference_replay_mode == "current":
+            return self.shards[-1]
+        size = cfg.preference_replay_sample_size or len(self.shards[-1]) or max(len(s) for s in self.shards)
+        gen = torch.Generator().manual_seed(cfg.seed * 977 + self.iteration)
+        queues: dict[int, list[int]] = {}
+        out = []
+        usable = [i for i, s in enumerate(self.shards) if s and weights[i] > 0]
+        if not usable:
+            return []
+        w = torch.tensor([weights[i] for i in usable])
+        for _ in range(size):
+            shard = usable[int(torch.multinomial(w, 1, generator=gen))]
+            if not queues.get(shard):  # sample without replacement, cycling reshuffled copies
+                queues[shard] = torch.randperm(len(self.shards[shard]), generator=gen).tolist()
+            out.append(self.shards[shard][queues[shard].pop()])
+        return out
+
+    def _write_shard(self, pairs: list[dict[str, Any]]) -> None:
+        directory = self.args.preference_replay_dir
+        if directory is None:
+            return
+        if not hasattr(self, "_replay_dir"):
+            os.makedirs(directory, exist_ok=True)
+            # Never overwrite an earlier run's files: a non-empty dir gets a fresh resume-* subdirectory.
+            self._replay_dir = tempfile.mkdtemp(prefix="resume-", dir=directory) if os.listdir(directory) else directory
+        path = os.path.join(self._replay_dir, f"iteration_{self.iteration:04d}.json")
+        with open(path, "w", encoding="utf-8") as f:
+            json.dump({"iteration": self.iteration, "num_pairs": len(pairs), "pairs": pairs}, f)
+
+
+def _accuracy(rm: RewardModel, pairs: list[dict[str, Any]]) -> float:
+    if not pairs:
+        return math.nan
+    w = rm.score([p["winner"] for p in pairs])
+    l = rm.score([p["loser"] for p in pairs])
+    return float((w > l).float().mean())
+
+
+MARLHFTrainer = MARLHF
+MARLHFIterTrainer = MARLHFIter
