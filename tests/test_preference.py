@@ -1,0 +1,240 @@
+"""MARLHF and MARLHFIter: pair selection and replay by hand, the reward model, errors, the seed's example."""
+
+from __future__ import annotations
+
+import json
+import shutil
+
+import pytest
+import torch
+from datasets import Dataset
+from transformers import AutoModelForCausalLM
+
+from learners.preference import (
+    MARLHFConfig,
+    MARLHFIterConfig,
+    MARLHFIterTrainer,
+    MARLHFTrainer,
+    replay_weights,
+    select_pairs,
+)
+from rewards.models import RewardModel, bradley_terry_loss
+
+
+def longer(first, second):
+    """Task reward: longer joint answers are better (the planted preference)."""
+    return [(len(a) + len(b)) / 100 for a, b in zip(first, second)]
+
+
+train_dataset = Dataset.from_list([{"prompt": f"Question {i}:"} for i in range(4)])
+SMALL = dict(num_train_epochs=1, max_new_tokens=6, temperature=1.0, top_p=1.0, top_k=None, rollout_buffer_size=4,
+             preference_num_candidates=4, eval_interval=0, verbose=False)
+
+
+# ----- pure functions --------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("rewards, k, selection, expected", [
+    ([1.0, 0.0, 1.0], None, "all", [(0, 1), (2, 1)]),  # ties (0 vs 2) dropped, index order
+    ([0.0, 3.0, 1.0], None, "reward_gap", [(1, 0), (1, 2), (2, 0)]),  # gaps 3, 2, 1
+    ([0.0, 3.0, 1.0], 2, "reward_gap", [(1, 0), (1, 2)]),  # truncated after sorting
+    ([2.0, 2.0], None, "all", []),  # all tied: no pair
+])
+def test_select_pairs(rewards, k, selection, expected):
+    assert select_pairs(rewards, k, selection) == expected
+
+
+def test_random_selection_is_a_seeded_permutation_of_all_pairs():
+    rewards = [0.0, 1.0, 2.0, 3.0]
+    a = select_pairs(rewards, None, "random", torch.Generator().manual_seed(0))
+    b = select_pairs(rewards, None, "random", torch.Generator().manual_seed(0))
+    assert a == b and sorted(a) == sorted(select_pairs(rewards, None, "all"))
+
+
+@pytest.mark.parametrize("mode, kwargs, expected", [
+    ("current", {}, [0.0, 0.0, 1.0]),  # only the newest shard
+    ("nearest_k", {"k": 2}, [0.0, 0.5, 0.5]),  # the newest two, equally
+    ("all_history", {}, [1 / 3, 1 / 3, 1 / 3]),
+    ("lambda_decay", {"lam": 0.5}, [0.25 / 1.75, 0.5 / 1.75, 1 / 1.75]),  # (1-l) l^age, ages 2, 1, 0
+    ("lambda_decay", {"lam": 1.0}, [1 / 3, 1 / 3, 1 / 3]),  # lambda 1: uniform
+])
+def test_replay_weights(mode, kwargs, expected):
+    assert replay_weights(3, mode, **kwargs) == pytest.approx(expected)
+
+
+def test_bradley_terry_loss_by_hand():
+    loss = bradley_terry_loss(torch.tensor([1.0, 0.0]), torch.tensor([0.0, 0.0]))
+    expected = -(torch.log(torch.sigmoid(torch.tensor(1.0))) + torch.log(torch.tensor(0.5))) / 2
+    assert loss.item() == pytest.approx(expected.item())
+
+
+# ----- the reward model -------------------------------------------------------------------------
+
+
+def test_reward_model_learns_a_planted_preference_and_reloads(tiny_dir, tmp_path):
+    """Longer joint answers are preferred: held-out accuracy must be high after a short training."""
+    rm = RewardModel.from_pretrained(tiny_dir)
+    gen = torch.Generator().manual_seed(0)
+    words = ["alpha", "beta", "gamma", "delta", "omega"]
+
+    def text(n):
+        return " ".join(words[int(i)] for i in torch.randint(0, 5, (n,), generator=gen))
+
+    pairs = [(text(int(torch.randint(6, 12, (1,), generator=gen))), text(int(torch.randint(1, 4, (1,), generator=gen))))
+             for _ in range(80)]
+    train, held = pairs[:60], pairs[60:]
+    opt = torch.optim.AdamW(rm.parameters(), lr=3e-3)
+    for _ in range(4):
+        for i in range(0, len(train), 10):
+            batch = train[i:i + 10]
+            s = rm([w for w, _ in batch] + [l for _, l in batch])
+            loss = bradley_terry_loss(s[:10], s[10:])
+            opt.zero_grad()
+            loss.backward()
+            opt.step()
+    accuracy = (rm.score([w for w, _ in held]) > rm.score([l for _, l in held])).float().mean().item()
+    assert accuracy >= 0.9
+    rm.save_pretrained(str(tmp_path / "rm"))
+    again = RewardModel.from_pretrained(tmp_path / "rm")
+    assert torch.allclose(again.score(["alpha beta"]), rm.score(["alpha beta"]), atol=1e-6)
+    AutoModelForCausalLM.from_pretrained(tmp_path / "rm")  # the backbone dir is a plain causal LM
+
+
+def test_frozen_backbone_trains_only_the_head(tiny_dir):
+    rm = RewardModel.from_pretrained(tiny_dir, freeze_backbone=True)
+    before = [p.detach().clone() for p in rm.backbone.parameters()]
+    head = rm.reward_head.weight.detach().clone()
+    opt = torch.optim.AdamW([p for p in rm.parameters() if p.requires_grad], lr=1e-2)
+    loss = bradley_terry_loss(*rm(["a long answer here", "no"]).split(1))
+    loss.backward()
+    opt.step()
+    assert all(torch.equal(a, b) for a, b in zip(before, rm.backbone.parameters()))
+    assert not torch.equal(head, rm.reward_head.weight)
+
+
+# ----- configs and construction -----------------------------------------------------------------
+
+
+@pytest.mark.parametrize("kwargs, match", [
+    (dict(rl_algorithm="ppo"), "rl_algorithm must be one of"),
+    (dict(num_turns=2), "num_turns must be 1"),
+    (dict(pair_selection="best"), "pair_selection must be one of"),
+    (dict(pair_selection="all"), "preference_pairs_per_sample=None"),
+    (dict(preference_num_candidates=1), "preference_num_candidates must be >= 2"),
+    (dict(reward_learning_rate=0), "reward_learning_rate must be > 0"),
+    (dict(num_generations=1), "num_generations must be >= 2"),
+    (dict(collaboration_mode="centralized"), "collaboration_mode"),
+])
+def test_config_errors(kwargs, match):
+    with pytest.raises(ValueError, match=match):
+        MARLHFConfig(**kwargs)
+
+
+@pytest.mark.parametrize("kwargs, match", [
+    (dict(preference_replay_mode="nearest_k"), "preference_replay_k >= 1"),
+    (dict(preference_replay_mode="lambda_decay"), "preference_replay_lambda"),
+    (dict(comparator_policy="model"), "comparator_model_name or comparator_agents"),
+    (dict(comparator_model_name="x"), "only apply to comparator_policy='model'"),
+    (dict(preference_scoring_reward="oracle2"), "preference_scoring_reward"),
+    (dict(num_iterations=0), "num_iterations must be >= 1"),
+])
+def test_iter_config_errors(kwargs, match):
+    with pytest.raises(ValueError, match=match):
+        MARLHFIterConfig(**kwargs)
+
+
+def test_ac_backends_allow_one_generation_and_aliases_resolve():
+    assert MARLHFConfig(rl_algorithm="iac", num_generations=1).policy_config()[1].num_generations == 1
+    assert MARLHFConfig(rl_algorithm="marloo").policy_config()[1].advantage_mode == "rloo"
+    cfg = MARLHFIterConfig(preference_replay_mode="td-lambda", preference_replay_lambda=0.5, comparator_policy="copy")
+    assert (cfg.preference_replay_mode, cfg.comparator_policy) == ("lambda_decay", "current_copy")
+
+
+def test_reward_model_name_is_required_for_model_objects(tiny_dir):
+    model = AutoModelForCausalLM.from_pretrained(tiny_dir)
+    model.name_or_path = ""
+    model.config._name_or_path = ""
+    with pytest.raises(ValueError, match="reward_model_name is required"):
+        MARLHFTrainer(agents=[model, model], tokenizer=None, reward_func=longer, train_dataset=train_dataset,
+                      args=MARLHFConfig(**SMALL))
+
+
+def test_device_fallback_is_the_learners_device(tiny_dir):
+    learner = MARLHFTrainer(agent_model=tiny_dir, num_agents=2, reward_func=longer, train_dataset=train_dataset,
+                            args=MARLHFConfig(**SMALL))
+    assert learner.reward_device == learner.policy.devices[0] == torch.device("cpu")
+
+
+# ----- whole runs --------------------------------------------------------------------------------
+
+
+@pytest.fixture
+def hub(tiny_dir, tiny_dir_b, tmp_path):
+    return {"Qwen2.5-Coder-3B": str(shutil.copytree(tiny_dir, tmp_path / "Qwen2.5-Coder-3B")),
+            "Qwen2.5-Coder-7B": str(shutil.copytree(tiny_dir_b, tmp_path / "Qwen2.5-Coder-7B"))}
+
+
+def test_seed_marlhf_example_trains_and_exports_the_reward_model(hub, tmp_path):
+    trainer = MARLHFTrainer(
+        agent_model=hub["Qwen2.5-Coder-3B"],
+        num_agents=2,
+        reward_func=longer,
+        train_dataset=train_dataset,
+        args=MARLHFConfig(
+            num_agents=2,
+            num_turns=1,
+            reward_model_name=hub["Qwen2.5-Coder-7B"],
+            reward_model_device="cpu",
+            reward_learning_rate=1e-3,
+            reward_num_train_epochs=2,
+            **SMALL,
+        ),
+    )
+    before = [p.detach().clone() for p in trainer.agents[0].parameters()]
+    metrics = trainer.train()
+    assert metrics["preference/current_pairs"] > 0
+    assert "train/task_reward_mean" in metrics  # the task reward is still reported while training on the RM
+    assert any(not torch.equal(b, p) for b, p in zip(before, trainer.agents[0].parameters()))
+    assert not any(p.requires_grad for p in trainer.reward_model.parameters())  # frozen for the policy phase
+    trainer.save_model(str(tmp_path / "out"))
+    assert (tmp_path / "out" / "reward_model" / "reward_head.pt").exists()
+    reloaded = RewardModel.from_pretrained(tmp_path / "out" / "reward_model")
+    assert torch.allclose(reloaded.score(["x y"]), trainer.reward_model.score(["x y"]), atol=1e-6)
+    evaluation = trainer.evaluate(num_eval_samples=2)
+    assert "eval/reward_mean" in evaluation
+
+
+@pytest.mark.parametrize("backend", ["iac", "maac"])
+def test_actor_critic_backends(tiny_dir, backend):
+    trainer = MARLHFTrainer(agent_model=tiny_dir, num_agents=2, reward_func=longer, train_dataset=train_dataset,
+                            args=MARLHFConfig(rl_algorithm=backend, num_generations=2, **SMALL))
+    trainer.train()
+    assert len(trainer.critics) == (2 if backend == "iac" else 1)
+
+
+def test_two_iterations_with_a_comparator_replay_and_pair_files(tiny_dir, tmp_path):
+    replay_dir = tmp_path / "replay"
+    replay_dir.mkdir()
+    (replay_dir / "old.json").write_text("{}")  # an earlier run's file: must survive
+    cfg = MARLHFIterConfig(num_iterations=2, comparator_policy="current_copy", preference_replay_mode="all_history",
+                           preference_scoring_reward="reward_model", preference_replay_dir=str(replay_dir),
+                           reward_learning_rate=1e-3, **{**SMALL, "num_train_epochs": 1})
+    trainer = MARLHFIterTrainer(agent_model=tiny_dir, num_agents=2, reward_func=longer, train_dataset=train_dataset,
+                                args=cfg)
+    first_rm = []
+    original = trainer.preference_stage
+
+    def stage():
+        metrics = original()
+        first_rm.append(trainer.reward_model)
+        return metrics
+
+    trainer.preference_stage = stage
+    metrics = trainer.train()
+    assert trainer.iteration == 2 and trainer.policy.epoch == 2  # one policy epoch per iteration
+    assert first_rm[0] is not first_rm[1]  # the reward model is re-loaded from its source every iteration
+    assert metrics["preference/total_pairs"] >= metrics["preference/current_pairs"]
+    files = sorted(p.name for p in next(replay_dir.glob("resume-*")).iterdir())
+    assert files == ["iteration_0000.json", "iteration_0001.json"] and (replay_dir / "old.json").exists()
+    record = json.loads(next(replay_dir.glob("resume-*/iteration_0000.json")).read_text())
+    assert record["num_pairs"] == len(record["pairs"]) and set(record["pairs"][0]) >= {"winner", "loser"}
