@@ -1,0 +1,344 @@
+"""Hostile battery for `rewards.code.execute`: nothing a snippet does may reach the test process or the machine.
+
+Assertions that need a protection this machine may lack (a network
+namespace, a private /tmp, a privilege drop) skip where `protections` says
+it was not active. Every loop in a snippet is bounded; the only network is a
+loopback server owned by the test.
+"""
+
+from __future__ import annotations
+
+import os
+import socket
+import sys
+import time
+import uuid
+
+import pytest
+
+from rewards.code import MAX_PROCESSES, ExecutionResult, execute, execute_many
+
+
+@pytest.fixture(scope="module")
+def protections() -> tuple[str, ...]:
+    """What the sandbox can do on this machine (also warms the namespace probe)."""
+    return execute("pass").protections
+
+
+def _descendants() -> list[int]:
+    """Live (non-zombie) processes below the test process."""
+    parents: dict[int, int] = {}
+    for name in os.listdir("/proc"):
+        if name.isdigit():
+            try:
+                with open(f"/proc/{name}/stat") as f:
+                    fields = f.read().rsplit(")", 1)[1].split()
+            except OSError:
+                continue
+            if fields[0] != "Z":
+                parents[int(name)] = int(fields[1])
+    me, found = os.getpid(), []
+    for pid in parents:
+        p, seen = pid, 0
+        while p in parents and p not in (0, 1) and seen < 64:
+            p, seen = parents[p], seen + 1
+            if p == me:
+                found.append(pid)
+                break
+    return found
+
+
+def _processes_of(uid: int) -> int:
+    count = 0
+    for name in os.listdir("/proc"):
+        if name.isdigit():
+            try:
+                count += os.stat(f"/proc/{name}").st_uid == uid
+            except OSError:
+                pass
+    return count
+
+
+def _settles(predicate, within: float = 3.0) -> bool:
+    deadline = time.monotonic() + within
+    while not predicate():
+        if time.monotonic() > deadline:
+            return False
+        time.sleep(0.05)
+    return True
+
+
+def test_honest_code_prints_and_is_ok():
+    result = execute("print(sum(range(10)))\nimport sys; print('warn', file=sys.stderr)", timeout=3)
+    assert isinstance(result, ExecutionResult)
+    assert result.ok and result.returncode == 0 and not result.timed_out
+    assert result.stdout == "45\n" and result.stderr == "warn\n"
+    assert not result.output_truncated and result.duration < 3
+
+
+def test_protections_always_reported(protections):
+    for name in ("scrubbed_env", "own_tmpdir", "process_group_kill", "rlimit_cpu", "rlimit_as", "rlimit_fsize"):
+        assert name in protections, protections
+    assert list(protections) == sorted(protections)
+
+
+def test_stdin_is_fed():
+    result = execute("import sys\ndata = sys.stdin.read()\nprint(data.upper(), len(data))", stdin="abc", timeout=3)
+    assert result.ok and result.stdout == "ABC 3\n"
+
+
+def test_large_stdin_does_not_block():
+    result = execute("import sys; print(len(sys.stdin.read()))", stdin="y" * 3_000_000, timeout=3)
+    assert result.ok and result.stdout == "3000000\n"
+
+
+def test_exception_is_a_failed_run_with_traceback():
+    result = execute("def f():\n    raise ValueError('boom')\nf()", timeout=3)
+    assert not result.ok and result.returncode == 1 and not result.timed_out
+    assert "Traceback" in result.stderr and "ValueError: boom" in result.stderr
+
+
+def test_infinite_loop_times_out():
+    result = execute("print('start')\nwhile True:\n    pass", timeout=1.5)
+    assert result.timed_out and not result.ok
+    assert result.stdout == "start\n"  # output before the kill survives
+    assert result.duration < 4
+
+
+def test_sleep_times_out_on_the_wall_clock():
+    result = execute("import time; time.sleep(1000)", timeout=1.5)
+    assert result.timed_out and not result.ok and result.returncode == -9
+    assert 1.4 < result.duration < 4
+
+
+def test_allocating_gigabytes_fails():
+    result = execute("x = bytearray(6 * 1024**3)\nprint('allocated')", timeout=3, memory_mb=256)
+    assert not result.ok and "allocated" not in result.stdout
+    assert "MemoryError" in result.stderr or result.returncode == -9
+
+
+def test_fork_spray_is_contained(protections):
+    baseline = len([n for n in os.listdir("/proc") if n.isdigit()])
+    nobody = 65534
+    nobody_before = _processes_of(nobody)
+    code = (
+        "import os, time\n"
+        "n = 0\n"
+        "for _ in range(2000):\n"
+        "    try:\n"
+        "        pid = os.fork()\n"
+        "    except OSError:\n"
+        "        break\n"
+        "    if pid == 0:\n"
+        "        time.sleep(60)\n"
+        "        os._exit(0)\n"
+        "    n += 1\n"
+        "print(n)\n"
+    )
+    result = execute(code, timeout=5)
+    assert result.stdout.strip().isdigit(), result
+    if "rlimit_nproc" in protections:
+        assert int(result.stdout) < MAX_PROCESSES
+    assert _settles(lambda: not _descendants()), _descendants()
+    if "drop_privileges" in protections:
+        assert _settles(lambda: _processes_of(nobody) <= nobody_before)
+    # other work may run on this machine; the spray's sleepers must be gone
+    assert _settles(lambda: len([n for n in os.listdir("/proc") if n.isdigit()]) < baseline + 20)
+
+
+def test_setsid_child_does_not_outlive_the_run(protections):
+    code = (
+        "import os, time\n"
+        "if os.fork() == 0:\n"
+        "    os.setsid()\n"
+        "    time.sleep(10)\n"
+        "    os._exit(0)\n"
+        "print('parent exits')\n"
+    )
+    result = execute(code, timeout=3)
+    assert result.ok and result.stdout == "parent exits\n" and result.duration < 3
+    if "pid_namespace" not in protections:
+        pytest.skip("without a pid namespace a setsid() child escapes the process-group kill")
+    assert _settles(lambda: not _descendants())
+    if "drop_privileges" in protections:
+        assert _settles(lambda: _processes_of(65534) == 0)
+
+
+def test_subprocesses_and_os_system_are_limited(protections):
+    code = (
+        "import os, subprocess\n"
+        "print('system', os.system('echo hi from shell'))\n"
+        "started = 0\n"
+        "for _ in range(200):\n"
+        "    try:\n"
+        "        subprocess.Popen(['sleep', '60'])\n"
+        "    except OSError:\n"
+        "        break\n"
+        "    started += 1\n"
+        "print('started', started)\n"
+    )
+    result = execute(code, timeout=5)
+    assert "hi from shell" in result.stdout and "system 0" in result.stdout
+    started = int(result.stdout.split("started")[1])
+    if "rlimit_nproc" in protections:
+        assert started < MAX_PROCESSES
+    assert _settles(lambda: not _descendants())
+
+
+@pytest.mark.parametrize("where", ["tmp", "root", "etc"])
+def test_writes_outside_the_workdir_are_confined(where, protections):
+    name = f"comlrl-{uuid.uuid4().hex}-escape"
+    target = {"tmp": f"/tmp/{name}", "root": f"/root/{name}", "etc": f"/etc/{name}"}[where]
+    if where == "tmp" and not {"private_tmp", "readonly_fs"} & set(protections):
+        pytest.skip("no private or read-only /tmp here: the sandbox user may write the shared /tmp")
+    if where != "tmp" and os.geteuid() == 0 and not {"drop_privileges", "readonly_fs"} & set(protections):
+        pytest.skip("the code runs as root here")
+    code = f"try:\n    open({target!r}, 'w').write('x')\n    print('wrote')\nexcept OSError as e:\n    print('no', e)"
+    try:
+        result = execute(code, timeout=3)
+        assert result.returncode == 0, result
+        assert not os.path.exists(target)
+    finally:
+        if os.path.exists(target):
+            os.remove(target)
+
+
+def test_parent_secrets_are_not_visible(monkeypatch):
+    monkeypatch.setenv("SANDBOX_SECRET", "s3cr3t")
+    code = (
+        "import os\n"
+        "print(sorted(os.environ))\n"
+        "print(os.environ.get('SANDBOX_SECRET'))\n"
+        f"for pid in ({os.getpid()}, os.getppid()):\n"
+        "    try:\n"
+        "        print(open(f'/proc/{pid}/environ', 'rb').read())\n"
+        "    except OSError as e:\n"
+        "        print('no environ', e)\n"
+    )
+    result = execute(code, timeout=3)
+    assert result.ok, result
+    assert "s3cr3t" not in result.stdout + result.stderr
+    assert "SANDBOX_SECRET" not in result.stdout
+    names = eval(result.stdout.splitlines()[0])  # a list of names printed by the snippet
+    assert set(names) <= {"PATH", "HOME", "TMPDIR", "LANG", "PYTHONDONTWRITEBYTECODE", "PYTHONHASHSEED",
+                          "PYTHONUNBUFFERED", "MALLOC_ARENA_MAX", "LC_CTYPE", "PWD"}
+
+
+def test_loopback_connection_fails(protections):
+    server = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+    try:
+        server.bind(("127.0.0.1", 0))
+        server.listen(4)
+        port = server.getsockname()[1]
+        code = (
+            "import socket\n"
+            "try:\n"
+            f"    socket.create_connection(('127.0.0.1', {port}), timeout=1).sendall(b'hello')\n"
+            "    print('connected')\n"
+            "except OSError as e:\n"
+            "    print('blocked', e)\n"
+        )
+        result = execute(code, timeout=3)
+        assert result.ok, result
+        if "no_network" not in protections:
+            pytest.skip("no network namespace here")
+        assert result.stdout.startswith("blocked"), result.stdout
+        server.settimeout(0.2)
+        with pytest.raises(socket.timeout):
+            server.accept()
+    finally:
+        server.close()
+
+
+def test_killing_the_parent_spares_the_test_process(protections):
+    if not {"drop_privileges", "pid_namespace"} & set(protections):
+        pytest.skip("the code runs as this user with no pid namespace: it could signal this process")
+    code = (
+        "import os, signal\n"
+        f"for pid in (os.getppid(), {os.getpid()}, {os.getppid()}):\n"
+        "    try:\n"
+        "        os.kill(pid, signal.SIGKILL)\n"
+        "    except OSError as e:\n"
+        "        print('refused', pid, e.errno)\n"
+        "print('still here')\n"
+    )
+    result = execute(code, timeout=3)
+    assert isinstance(result, ExecutionResult)  # and this process is alive to check it
+    assert result.duration < 3
+
+
+def test_output_flood_is_capped():
+    code = "import sys\nchunk = 'x' * 65536\nfor _ in range(8000):\n    sys.stdout.write(chunk)\n"  # ~500 MB
+    result = execute(code, timeout=10, max_output_bytes=100_000)
+    assert result.output_truncated and not result.ok and not result.timed_out
+    assert len(result.stdout) == 100_000
+    assert result.duration < 3
+
+
+def test_huge_file_is_stopped_and_workdir_cleaned():
+    code = (
+        "import os\n"
+        "print(os.getcwd(), flush=True)\n"
+        "with open('big', 'wb') as f:\n"
+        "    for _ in range(100_000):\n"
+        "        f.write(b'\\0' * (1 << 20))\n"
+    )
+    result = execute(code, timeout=5)
+    assert not result.ok and not result.timed_out
+    assert "File too large" in result.stderr or "No space left" in result.stderr, result.stderr
+    workdir = result.stdout.strip()
+    assert workdir.startswith("/") and not os.path.exists(workdir)
+
+
+def test_workdir_is_home_cwd_and_tmp_and_is_removed():
+    code = (
+        "import os, tempfile\n"
+        "open('note.txt', 'w').write('x')\n"
+        "os.makedirs('sub/dir')\n"
+        "os.chmod('sub', 0)\n"  # make removal harder
+        "print(os.getcwd())\n"
+        "print(os.environ['HOME'] == os.getcwd() == tempfile.gettempdir())\n"
+    )
+    result = execute(code, timeout=3)
+    assert result.ok, result
+    workdir, same = result.stdout.split()
+    assert same == "True"
+    assert not os.path.exists(workdir)
+
+
+def test_execute_many_keeps_order_and_runs_in_parallel():
+    slow = "import time; time.sleep(1.5); print('slow')"
+    codes = [slow, "print(1)", "print(2)", slow, "print(3)", "raise SystemExit(3)"]
+    start = time.monotonic()
+    results = execute_many(codes, workers=2, timeout=5)
+    elapsed = time.monotonic() - start
+    assert [r.stdout.strip() for r in results] == ["slow", "1", "2", "slow", "3", ""]
+    assert [r.ok for r in results] == [True, True, True, True, True, False]
+    assert results[-1].returncode == 3
+    assert elapsed < 2.8  # two 1.5 s sleeps side by side, not 3 s in a row
+    assert execute_many([]) == []
+
+
+def test_missing_interpreter_is_a_result_not_an_exception():
+    result = execute("print(1)", python="/nonexistent/python3", timeout=3)
+    assert not result.ok and result.returncode is None and "nonexistent" in result.stderr
+
+
+def test_other_interpreter_reports_whether_privileges_dropped():
+    result = execute("import sys; print(sys.version_info[0])", python=sys.executable, timeout=5)
+    assert result.ok and result.stdout == "3\n", result
+    if os.geteuid() == 0 and "drop_privileges" in result.protections:
+        assert os.stat(os.path.realpath(sys.executable)).st_mode & 0o001  # nobody could run it
+
+
+def test_bad_arguments_are_rejected():
+    with pytest.raises(ValueError, match="timeout must be"):
+        execute("pass", timeout=0)
+    with pytest.raises(ValueError, match="memory_mb must be"):
+        execute("pass", memory_mb=1)
+    with pytest.raises(TypeError, match="code must be a str"):
+        execute(b"pass")  # type: ignore[arg-type]
+    with pytest.raises(ValueError, match="workers must be"):
+        execute_many(["pass"], workers=0)
+    with pytest.raises(TypeError):
+        execute_many(["pass"], timout=1)
