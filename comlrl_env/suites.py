@@ -1,0 +1,32 @@
+"""Named lists of registered env ids, for running one method over a family of tasks.
+
+    from comlrl_env import make
+    from comlrl_env.suites import suites
+
+    envs = [make(env_id) for env_id in suites["smoke"]]
+
+- `smoke`: cheap procedural tasks (a regex per agent, no data, no sandbox) on
+  which a tiny model improves within CPU minutes; for checking that a learner learns.
+- `code`: HumanEval with a helper agent and a main agent, single- and
+  multi-turn (needs `pip install 'comlrl-env[code]'`; runs code in a sandbox).
+- `writing`: summarize and expand Python standard-library module docs, with a
+  joint reward and with per-agent (general-sum) rewards.
+- `basic`: the first built-in tasks (length ratio, number guessing with
+  feedback, the pie-splitting game): one of each reward structure and turn style.
+"""
+
+from __future__ import annotations
+
+__all__ = ["suites"]
+
+suites: dict[str, list[str]] = {
+    "smoke": [
+        "smoke/FormatAgreement-v0",
+        "smoke/Arithmetic-v0",
+        "coop/LengthRatio-v0",
+        "coop/GuessNumber-v0",
+    ],
+    "code": ["code/HumanEvalCoop-v0", "code/HumanEvalCoopMultiTurn-v0"],
+    "writing": ["writing/DocSummary-v0", "writing/DocSummaryGeneralSum-v0"],
+    "basic": ["coop/LengthRatio-v0", "coop/GuessNumber-v0", "general/SplitPie-v0"],
+}

@@ -1,0 +1,163 @@
+"""smoke/FormatAgreement-v0 and smoke/Arithmetic-v0: tiny cooperative tasks for checking that a learner learns.
+
+Both are cheap (a few string checks per agent), single-turn, and give partial credit, so
+even a tiny random-weight model gets rewards that vary between samples and
+improves within a CPU minute. Rewards are in [0, 1]; there is no penalty
+beyond the lost credit.
+
+## smoke/FormatAgreement-v0
+
+Agents and roles: two symmetric `answerer`s.
+
+Observation: a word and a delimiter pair, e.g.
+`Answer with the word "apple" wrapped in [ and ], like this: [apple]`.
+Task instance `i` is pair `i // len(words)` and word `i % len(words)`. By
+default there are 48 words and the one pair `[ ]` (48 instances):
+`delimiters=ALL_DELIMITERS` adds `( )`, `{ }`, `< >`, `<answer> </answer>`
+and `** **` (288 instances), a variant that needs a model that reads the
+prompt; `words=` replaces the word list.
+
+Action: free text; the ideal answer is exactly `<open>word<close>` (1.0).
+
+Reward (cooperative, every agent gets it): the mean over agents of
+`0.75 * format_match + 0.25 * char_similarity`. `format_match`
+(`rewards.text.format_match`) gives 0.2 for each of: the open delimiter
+appears, the close delimiter appears, non-blank text is wrapped between them,
+the answer starts with the open delimiter, it ends with the close one.
+`char_similarity` (`rewards.text.char_similarity`) is the character-level
+`difflib` ratio between the stripped answer and the ideal
+`<open>word<close>`; it keeps the reward dense (shorter answers made of the
+right characters score higher) and rewards the right word. An answer with
+`format_match` 0 is flagged `invalid_action` ("no <open> or <close> in the
+answer").
+
+Termination: after the single turn.
+
+## smoke/Arithmetic-v0
+
+Agents and roles: `agent_0` (`doubler`) states twice the first number,
+`agent_1` (`adder`) states the sum.
+
+Observation: `a + b` with a, b in 0..9 (100 task instances;
+`task_index = 10 * a + b`) and the agent's own question.
+
+Action: text containing an integer; the first integer found is the answer.
+
+Reward (cooperative, every agent gets it): the mean over agents of
+`max(0, 1 - |answer - target| / 10)`, so an answer off by 3 earns 0.7. An
+answer without an integer earns 0 and is flagged `invalid_action`.
+
+Termination: after the single turn.
+
+Versions: v0, initial (both tasks).
+"""
+
+from __future__ import annotations
+
+import re
+
+from comlrl_env.base import AgentID, TextParallelEnv
+from rewards.text import char_similarity, format_match
+
+__all__ = ["ALL_DELIMITERS", "Arithmetic", "FormatAgreement"]
+
+ALL_DELIMITERS = (("[", "]"), ("(", ")"), ("{", "}"), ("<", ">"), ("<answer>", "</answer>"), ("**", "**"))
+# One pair by default: a tiny random model must first learn an unconditional habit; with all six
+# pairs it has to read the prompt, which takes far longer than a CPU minute.
+DELIMITERS = (("[", "]"),)
+WORDS = (
+    "apple", "river", "seven", "blue", "cat", "north", "paper", "stone",
+    "green", "house", "light", "music", "ocean", "tiger", "water", "wind",
+    "bread", "cloud", "dream", "earth", "field", "glass", "honey", "iron",
+    "kite", "lemon", "moon", "nest", "olive", "piano", "queen", "rose",
+    "sand", "tree", "voice", "wheel", "yard", "zebra", "chair", "door",
+    "eagle", "frog", "grape", "hill", "island", "jacket", "key", "leaf",
+)  # fmt: skip
+_INT = re.compile(r"-?\d+")
+
+
+class FormatAgreement(TextParallelEnv):
+    """Both agents wrap a given word in the delimiters named in the prompt; partial credit per agent."""
+
+    # num_tasks of the defaults; each instance sets its own: len(delimiters) * len(words).
+    metadata = {
+        **TextParallelEnv.metadata,
+        "name": "smoke/FormatAgreement-v0",
+        "num_tasks": len(DELIMITERS) * len(WORDS),
+    }
+
+    def __init__(
+        self,
+        delimiters: tuple[tuple[str, str], ...] = DELIMITERS,
+        words: tuple[str, ...] = WORDS,
+        **kwargs,
+    ) -> None:
+        super().__init__(num_agents=2, num_turns=1, roles=["answerer", "answerer"], **kwargs)
+        delimiters = tuple((str(o), str(c)) for o, c in delimiters)
+        if not delimiters or not all(o and c for o, c in delimiters):
+            raise ValueError(f"delimiters must be non-empty (open, close) string pairs, got {delimiters!r}.")
+        words = tuple(str(w) for w in words)
+        if not words or not all(w.strip() for w in words):
+            raise ValueError(f"words must be non-blank strings, got {words!r}.")
+        self.delimiters, self.words = delimiters, words
+        self.metadata = {**type(self).metadata, "num_tasks": len(delimiters) * len(words)}
+
+    def load_task(self, task_index: int | None) -> dict:
+        if task_index is None:
+            task_index = int(self.np_random.integers(self.num_tasks))
+        pair, word = divmod(task_index, len(self.words))
+        (open_tag, close_tag), word = self.delimiters[pair], self.words[word]
+        return {"open": open_tag, "close": close_tag, "word": word}
+
+    def prompts(self) -> dict[AgentID, str]:
+        t = self.task
+        text = (
+            f"Answer with the word \"{t['word']}\" wrapped in {t['open']} and {t['close']}, "
+            f"like this: {t['open']}{t['word']}{t['close']}\n"
+        )
+        return {a: text for a in self.agents}
+
+    def score(self, actions: dict[AgentID, str]) -> tuple[float, bool]:
+        t = self.task
+        texts = [actions[a] for a in self.agents]
+        formats = format_match(texts, t["open"], t["close"])
+        similarities = char_similarity(texts, t["open"] + t["word"] + t["close"])
+        for agent, fmt in zip(self.agents, formats):
+            if fmt == 0:
+                self.flag_invalid(agent, f"no {t['open']} or {t['close']} in the answer")
+        scores = [0.75 * fmt + 0.25 * sim for fmt, sim in zip(formats, similarities)]
+        return sum(scores) / len(scores), True
+
+
+class Arithmetic(TextParallelEnv):
+    """`a + b`: agent_0 states 2a, agent_1 states a + b; each answer earns credit by its distance."""
+
+    metadata = {**TextParallelEnv.metadata, "name": "smoke/Arithmetic-v0", "num_tasks": 100}
+
+    def __init__(self, **kwargs) -> None:
+        super().__init__(num_agents=2, num_turns=1, roles=["doubler", "adder"], **kwargs)
+
+    def load_task(self, task_index: int | None) -> dict:
+        if task_index is None:
+            task_index = int(self.np_random.integers(self.num_tasks))
+        a, b = divmod(task_index, 10)
+        return {"a": a, "b": b, "targets": {"agent_0": 2 * a, "agent_1": a + b}}
+
+    def prompts(self) -> dict[AgentID, str]:
+        a, b = self.task["a"], self.task["b"]
+        return {
+            "agent_0": f"Problem: {a} + {b}. What is twice the first number? Answer with one number.\n",
+            "agent_1": f"Problem: {a} + {b}. What is the sum? Answer with one number.\n",
+        }
+
+    def score(self, actions: dict[AgentID, str]) -> tuple[float, bool]:
+        scores = []
+        for agent in self.agents:
+            match = _INT.search(actions[agent][:1000])
+            if match is None:
+                self.flag_invalid(agent, "no integer in the answer")
+                scores.append(0.0)
+                continue
+            answer = int(match.group()[:12])  # 12 digits: huge numbers score 0 without a huge int
+            scores.append(max(0.0, 1.0 - abs(answer - self.task["targets"][agent]) / 10))
+        return sum(scores) / len(scores), True
