@@ -276,17 +276,18 @@ def test_actor_critic_learners_raise_a_simple_reward(tiny_dir, learner):
     else:
         trainer = MAACTrainer(agent_model=tiny_dir, num_agents=2, critic_model=tiny_dir, reward_func=reward_func,
                               train_dataset=data, args=MAACConfig(critic_type=learner[-1], **cfg))
-    rewards, critic_losses = [], []
+    rewards, gaps = [], []
 
     class Record:
         def on_step_end(self, learner, metrics):
             rewards.append(metrics["train/reward_mean"])
-            critic_losses.append(metrics["train/critic_0/loss"])
+            gaps.append(abs(metrics["train/critic_0/value_mean"] - metrics["train/critic_0/target_mean"]))
 
     trainer.callbacks.append(Record())
     trainer.train()
     assert sum(rewards[-3:]) / 3 > sum(rewards[:3]) / 3 + 0.1, rewards
-    assert critic_losses[-1] < critic_losses[0]
+    # The critic follows the rising return: its error on the mean target shrinks from its untrained start.
+    assert sum(gaps[-3:]) / 3 < sum(gaps[:3]) / 3, gaps
 
 
 def test_multi_turn_actor_critic_uses_next_turn_values(tiny_dir):
