@@ -23,7 +23,7 @@ HERE = os.path.dirname(os.path.abspath(__file__))
 ROOT = os.path.dirname(HERE)
 SIDES = {
     "reference": (os.path.join(HERE, ".venv-ref", "bin", "python"), os.path.join(HERE, "reference_magrpo.py")),
-    "ours": (sys.executable, os.path.join(HERE, "ours_magrpo.py")),
+    "ours": (sys.executable, os.path.join(HERE, "ours.py")),
 }
 
 

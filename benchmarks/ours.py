@@ -1,17 +1,18 @@
-"""Our side of the MAGRPO speed/memory benchmark: comlrl-env's MAGRPO on the shared workload.
+"""Our side of the speed/memory benchmark: comlrl-env's learners on the shared workload.
 
 Run in the project venv:
 
-    .venv/bin/python benchmarks/ours_magrpo.py --model benchmarks/_work/tiny
+    .venv/bin/python benchmarks/ours.py --model benchmarks/_work/tiny [--learner magrpo|iac|maac|marlhf]
 
-Same work as the reference side (`reference_magrpo.py`): 2 homogeneous agents,
-the 16 workload prompts x 4 samples x 32 new tokens, one epoch, and 8
-optimizer steps per agent (2 prompts' 8 completions per step). We roll out all
-16 prompts in one batched generate per agent (`rollout_buffer_size=16`) and
-take one optimizer step per 2 prompts (`train_batch_size=2`), with the clipped
-importance ratio correcting the later steps. Times `learn()` only (loading
-excluded), counts optimizer steps and completions per agent, and prints one
-JSON line (see `workload.emit_result`).
+Same work as the reference side: 2 homogeneous agents, the 16 workload
+prompts x 4 samples x 32 new tokens, one epoch, and 8 optimizer steps per
+agent (8 completions per step). We roll out all 16 prompts in one batched
+generate per agent (`rollout_buffer_size=16`) and take one optimizer step per
+8 completions (MAGRPO: `train_batch_size=2` groups; IAC/MAAC: 8 samples),
+with the clipped importance ratio correcting the later steps. MARLHF first
+collects 4 candidates per prompt, trains the reward model one epoch, then runs
+the MAGRPO phase. Times `learn()` only (loading excluded), counts optimizer
+steps and completions per agent, and prints one JSON line (`workload.emit_result`).
 """
 
 from __future__ import annotations
@@ -32,18 +33,18 @@ os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
 os.environ.setdefault("TRANSFORMERS_VERBOSITY", "error")
 
 
-def run_one(model_dir: str, wait_quiet: float = 0.0) -> dict:
+def run_one(model_dir: str, learner_name: str = "magrpo", wait_quiet: float = 0.0) -> dict:
     import datasets
     import torch
     import transformers
 
-    from learners import MAGRPO, MAGRPOConfig
+    from learners import IAC, MAAC, MAGRPO, MARLHF, IACConfig, MAACConfig, MAGRPOConfig, MARLHFConfig
 
     torch.manual_seed(workload.SEED)
     torch.set_num_threads(int(os.environ.get("BENCH_THREADS", workload.NUM_THREADS)))
     transformers.utils.logging.disable_progress_bar()
 
-    args = MAGRPOConfig(
+    common = dict(
         num_agents=workload.NUM_AGENTS,
         num_turns=1,
         num_train_epochs=workload.NUM_TRAIN_EPOCHS,
@@ -53,22 +54,33 @@ def run_one(model_dir: str, wait_quiet: float = 0.0) -> dict:
         top_p=workload.TOP_P,
         top_k=workload.TOP_K,
         rollout_buffer_size=len(workload.PROMPTS),  # one batched rollout per agent
-        train_batch_size=workload.ROLLOUT_BUFFER_SIZE,  # 2 prompts (8 completions) per optimizer step
         shuffle=False,
         eval_interval=0,
         agent_devices="cpu",
         verbose=False,
         seed=workload.SEED,
     )
-    learner = MAGRPO(
+    per_step = workload.ROLLOUT_BUFFER_SIZE * workload.NUM_GENERATIONS  # 8 completions per optimizer step
+    if learner_name == "magrpo":
+        cls, cfg, extra = MAGRPO, MAGRPOConfig(**common, train_batch_size=workload.ROLLOUT_BUFFER_SIZE), {}
+    elif learner_name == "iac":
+        cls, cfg, extra = IAC, IACConfig(**common, train_batch_size=per_step), {"critic_model": model_dir}
+    elif learner_name == "maac":
+        cls, cfg, extra = MAAC, MAACConfig(**common, train_batch_size=per_step), {"critic_model": model_dir}
+    else:
+        cls, extra = MARLHF, {}
+        cfg = MARLHFConfig(**common, train_batch_size=workload.ROLLOUT_BUFFER_SIZE,
+                           preference_num_candidates=workload.NUM_GENERATIONS, reward_model_device="cpu")
+    learner = cls(
         agent_model=model_dir,
-        num_agents=workload.NUM_AGENTS,
         train_dataset=datasets.Dataset.from_dict({"prompt": list(workload.PROMPTS)}),
         reward_func=workload.reward_func,
-        args=args,
+        args=cfg,
+        **extra,
     )
-    steps = [0] * len(learner.optimizers)
-    for idx, opt in enumerate(learner.optimizers):
+    policy = getattr(learner, "policy", learner)
+    steps = [0] * len(policy.optimizers)
+    for idx, opt in enumerate(policy.optimizers):
         original = opt.step
 
         def counted(*a, _orig=original, _idx=idx, **kw):
@@ -76,15 +88,15 @@ def run_one(model_dir: str, wait_quiet: float = 0.0) -> dict:
             return _orig(*a, **kw)
 
         opt.step = counted
-    completions = [0] * learner.num_agents
-    original_generate = learner.engine.generate
+    completions = [0] * policy.num_agents
+    original_generate = policy.engine.generate
 
     def counted_generate(agent, prompts, num_samples, greedy=False):
         out = original_generate(agent, prompts, num_samples, greedy)
         completions[agent] += len(out)
         return out
 
-    learner.engine.generate = counted_generate
+    policy.engine.generate = counted_generate
 
     quiet = workload.wait_for_quiet_cpu(timeout_s=wait_quiet) if wait_quiet > 0 else None
     load_before = os.getloadavg()[0]
@@ -100,12 +112,13 @@ def run_one(model_dir: str, wait_quiet: float = 0.0) -> dict:
 
     return workload.emit_result(
         side="ours",
+        learner=learner_name,
         model=os.path.basename(os.path.normpath(model_dir)),
         seconds=seconds,
         optimizer_steps_per_agent=collapse(steps),
         completions_per_agent=collapse(completions),
         model_dir=os.path.abspath(model_dir),
-        params=sum(p.numel() for p in learner.agents[0].parameters()),
+        params=sum(p.numel() for p in policy.agents[0].parameters()),
         library="comlrl-env",
         torch=torch.__version__,
         transformers=transformers.__version__,
@@ -120,9 +133,10 @@ def run_one(model_dir: str, wait_quiet: float = 0.0) -> dict:
 def main(argv=None) -> int:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     p.add_argument("--model", required=True, help="local HF model dir")
+    p.add_argument("--learner", default="magrpo", choices=["magrpo", "iac", "maac", "marlhf"])
     p.add_argument("--wait-quiet", type=float, default=0.0, metavar="SECONDS")
     a = p.parse_args(argv)
-    run_one(a.model, wait_quiet=a.wait_quiet)
+    run_one(a.model, a.learner, wait_quiet=a.wait_quiet)
     return 0
 
 
