@@ -37,7 +37,7 @@ import torch
 from torch import nn
 
 from learners.agents import load_causal_lm, model_name, resolve_sources
-from learners.base import Learner, LearnerConfig, clip_grad, save_pretrained_with_head, seed_everything
+from learners.base import Learner, LearnerConfig, save_pretrained_with_head, seed_everything
 from learners.reinforce import policy_loss
 from learners.rollout import Rollout, SampleBatch, completion_logprobs, rollout_metrics
 
@@ -234,9 +234,9 @@ class _ActorCritic(Learner):
         cfg: _ActorCriticConfig = self.args
         rollout = self.engine.collect(roots, cfg.num_generations, "parallel", "aligned", cfg.discount)
         rollout = self._relabel(rollout)
-        self.env_steps += rollout.num_joint_actions
+        self.env_steps += int(self.dist.sum(rollout.num_joint_actions))
         t0 = time.perf_counter()
-        chunks = self._minibatches(rollout.num_samples)
+        chunks = self._even_chunks(self._minibatches(rollout.num_samples))
         old_values = self.critic_values(rollout)  # (C, S): C = agents (IAC) or 1 (MAAC)
         rewards = self.critic_rewards(rollout)
         adv, targets = gae_advantages(rewards, old_values, rollout.next_index, rollout.turn, cfg.discount,
@@ -268,21 +268,22 @@ class _ActorCritic(Learner):
         loss = policy_loss(logprobs, old, adv.to(logprobs.device), batch.completion_mask.to(logprobs.device),
                            cfg.clip_range, cfg.length_normalization)
         total = loss if extra_loss is None else loss + extra_loss.to(loss.device)
-        optimizer.zero_grad(set_to_none=True)
-        total.backward()
-        norm = clip_grad(model, cfg.max_grad_norm)
-        optimizer.step()
+        norm = self._optimizer_step(model, optimizer, total, len(adv))
         return {f"train/agent_{a}/loss": float(loss.detach()), f"train/agent_{a}/grad_norm": norm,
                 f"train/agent_{a}/learning_rate": optimizer.param_groups[0]["lr"]}
 
-    def critic_step(self, c: int, loss: torch.Tensor) -> dict[str, float]:
+    def critic_step(self, c: int, loss: torch.Tensor, count: int) -> dict[str, float]:
         cfg: _ActorCriticConfig = self.args
-        optimizer = self.critic_optimizers[c]
-        optimizer.zero_grad(set_to_none=True)
-        (cfg.value_loss_coef * loss).backward()
-        norm = clip_grad(self.critics[c], cfg.max_grad_norm)
-        optimizer.step()
+        norm = self._optimizer_step(self.critics[c], self.critic_optimizers[c], cfg.value_loss_coef * loss, count)
         return {f"train/critic_{c}/loss": float(loss.detach()), f"train/critic_{c}/grad_norm": norm}
+
+    def _empty_step(self) -> dict[str, float]:
+        """No local samples left (torchrun): join the other ranks' steps with zero gradients."""
+        for model, optimizer in zip(self.agents, self.optimizers):
+            self._optimizer_step(model, optimizer, None, 0)
+        for critic, optimizer in zip(self.critics, self.critic_optimizers):
+            self._optimizer_step(critic, optimizer, None, 0)
+        return {}
 
     # ----- shared helpers ------------------------------------------------------------------
 
@@ -374,7 +375,7 @@ class IAC(_ActorCritic):
             for agent in self.agents:
                 CausalLMWithValueHead.attach(agent, cfg.value_head_hidden_dim)
         self._critic_optimizers()
-        seed_everything(cfg.seed)
+        seed_everything(cfg.seed + self.dist.rank)  # ranks sample different completions
 
     def critic_values(self, rollout: Rollout) -> torch.Tensor:
         with torch.no_grad():
@@ -409,6 +410,8 @@ class IAC(_ActorCritic):
     def update(self, rollout: Rollout, idx: torch.Tensor, adv: torch.Tensor, old_logprobs: list | None,
                old_values: torch.Tensor, targets: torch.Tensor) -> dict[str, float]:
         cfg: IACConfig = self.args
+        if len(idx) == 0:
+            return self._empty_step()
         metrics: dict[str, float] = {}
         for a in range(self.num_agents):
             batch = rollout.samples[a].select(idx)
@@ -418,7 +421,7 @@ class IAC(_ActorCritic):
                 values, _ = self._values(a, batch)
                 loss = value_loss(values, old_values[a, idx].to(values.device), targets[a, idx].to(values.device),
                                   cfg.value_clip_range)
-                metrics.update(self.critic_step(a, loss))
+                metrics.update(self.critic_step(a, loss, len(idx)))
             else:
                 values, logprobs = self._values(a, batch, with_logprobs=True)
                 loss = value_loss(values, old_values[a, idx].to(values.device), targets[a, idx].to(values.device),
@@ -458,7 +461,7 @@ class MAAC(_ActorCritic):
         self.critics = self._load_critic_models(sources, hidden, devices)
         self.critic_names = [model_name(s) for s in sources]
         self._critic_optimizers()
-        seed_everything(cfg.seed)
+        seed_everything(cfg.seed + self.dist.rank)  # ranks sample different completions
 
     def _joint_texts(self, rollout: Rollout, idx: torch.Tensor) -> list[str]:
         """The critic's input: env.state() (V), plus the sampled joint action (Q)."""
@@ -487,6 +490,8 @@ class MAAC(_ActorCritic):
 
     def update(self, rollout: Rollout, idx: torch.Tensor, adv: torch.Tensor, old_logprobs: list | None,
                old_values: torch.Tensor, targets: torch.Tensor) -> dict[str, float]:
+        if len(idx) == 0:
+            return self._empty_step()
         metrics: dict[str, float] = {}
         for a in range(self.num_agents):
             old = None if old_logprobs is None else old_logprobs[a][idx]
@@ -494,7 +499,7 @@ class MAAC(_ActorCritic):
         values = self._joint_values(self._joint_texts(rollout, idx))  # one critic step per minibatch
         loss = value_loss(values, old_values[0, idx].to(values.device), targets[0, idx].to(values.device),
                           self.args.value_clip_range)
-        metrics.update(self.critic_step(0, loss))
+        metrics.update(self.critic_step(0, loss, len(idx)))
         return metrics
 
     def _save_extra_models(self, output_dir: str) -> None:

@@ -30,6 +30,7 @@ from transformers import PreTrainedModel, PreTrainedTokenizerBase
 import comlrl_env
 from comlrl_env import DatasetEnv, TextParallelEnv
 from learners.agents import load_agents, model_name
+from learners.distributed import Distributed
 from learners.checkpoint import CheckpointManager, load_checkpoint, read_checkpoint_metadata, save_checkpoint
 from learners.logger import RunLogger
 from learners.rollout import GenerationSettings, Rollout, RolloutEngine
@@ -181,6 +182,7 @@ class Learner:
         if (eval_logger is None) != (eval_aggregator is None):
             raise ValueError("eval_logger and eval_aggregator work together: pass both or neither.")
         count = _agent_count(num_agents, agents, cfg.num_agents)
+        self.dist = Distributed.from_env()
         self.env = self._build_env(env, train_dataset, reward_func, count, formatters, external_transition,
                                    reward_processor, "env")
         if len(self.env.possible_agents) != count:
@@ -197,8 +199,7 @@ class Learner:
         self.reward_func = reward_func
         self.callbacks = list(callbacks or [])
         self.eval_logger, self.eval_aggregator = eval_logger, eval_aggregator
-        self.wandb_config = wandb_config
-        self.devices = _resolve_devices(cfg.agent_devices, count)
+        self.devices = _resolve_devices(cfg.agent_devices, count, self.dist.local_rank)
         self.model_config = dict(model_config or {})
         self.critic_model, self.critic_sources = critic_model, critics
         self._validate()
@@ -218,14 +219,16 @@ class Learner:
         self.schedulers = [self._scheduler(o) for o in self.optimizers]
         self.reward_model: RewardModel | None = None  # set by MARLHF: replaces the task reward in training
         self.reward_normalization: tuple[float, float] | None = None  # (mean, std) applied to its scores
-        self.run_id = uuid.uuid4().hex
+        self.run_id = self.dist.gather(uuid.uuid4().hex)[0]  # one run id, rank 0's, on every rank
         self.library_version = LIBRARY_VERSION
         self.checkpoint_sequence = 0
         self.env_steps = 0  # joint actions played (the x-axis of every metric)
         self.epoch = 0
         self.batch_in_epoch = 0
         self.rollouts_done = 0
-        self.logger = RunLogger(cfg.output_dir, wandb_config, self._run_config(), cfg.verbose)
+        main = self.dist.is_main  # only rank 0 writes files, opens wandb and shows a bar
+        self.logger = RunLogger(cfg.output_dir if main else None, wandb_config if main else None,
+                                self._run_config(), cfg.verbose and main)
 
     # ----- what a learner writes -------------------------------------------------
 
@@ -294,6 +297,13 @@ class Learner:
             if identity and wandb_cfg is not None and "id" not in wandb_cfg and "resume" not in wandb_cfg:
                 self.logger.wandb_config = {**wandb_cfg, "id": identity["id"], "resume": "allow"}
         ckpt.start()
+        if self.dist.enabled and (cfg.rollout_buffer_size % self.dist.world_size
+                                  or self._epoch_size(self.env) % self.dist.world_size):
+            raise ValueError(
+                f"with {self.dist.world_size} ranks, rollout_buffer_size ({cfg.rollout_buffer_size}) and the epoch "
+                f"size ({self._epoch_size(self.env)}) must be multiples of the world size so that every rank gets "
+                "an equal shard; change them or the number of processes."
+            )
         batches_per_epoch = math.ceil(self._epoch_size(self.env) / cfg.rollout_buffer_size)
         total = cfg.num_train_epochs * batches_per_epoch
         self.logger.start(total=total, initial=self.epoch * batches_per_epoch + self.batch_in_epoch)
@@ -304,8 +314,8 @@ class Learner:
                 order = self._epoch_order(self.env, self.epoch)
                 batches = [order[i:i + cfg.rollout_buffer_size] for i in range(0, len(order), cfg.rollout_buffer_size)]
                 while self.batch_in_epoch < len(batches):
-                    roots = self._reset_roots(self.env, batches[self.batch_in_epoch])
-                    metrics = self.step(roots)
+                    roots = self._reset_roots(self.env, self.dist.shard(batches[self.batch_in_epoch]))
+                    metrics = self.dist.mean_metrics(self.step(roots))
                     for s in self.checkpoint_optimizers()[1]:  # every schedule steps once per rollout
                         s.step()
                     self.batch_in_epoch += 1
@@ -347,7 +357,7 @@ class Learner:
         cfg = self.args
         n = cfg.eval_num_samples if num_eval_samples is None else num_eval_samples
         greedy = cfg.eval_greedy if greedy is None else greedy
-        if n <= 0:
+        if n <= 0 or not self.dist.is_main:  # under torchrun rank 0 evaluates; the others go on
             return {}
         env = self.eval_env
         order = self._epoch_order(env, epoch=-1, limit=n, shuffle=False)
@@ -389,6 +399,9 @@ class Learner:
 
     def save_model(self, output_dir: str) -> None:
         """Write `output_dir/agent_{i}/` (model + tokenizer, loadable by the Auto classes) and `comlrl_env.json`."""
+        if not self.dist.is_main:  # weights are identical on every rank: rank 0 writes them
+            self.dist.barrier()
+            return
         os.makedirs(output_dir, exist_ok=True)
         for i, (model, tok) in enumerate(zip(self.agents, self.tokenizers)):
             save_pretrained_with_head(model, os.path.join(output_dir, f"agent_{i}"), tok)
@@ -402,6 +415,7 @@ class Learner:
         }
         with open(os.path.join(output_dir, "comlrl_env.json"), "w", encoding="utf-8") as f:
             json.dump(manifest, f, indent=2, default=str)
+        self.dist.barrier()
 
     def _save_extra_models(self, output_dir: str) -> None:
         """Critics, value heads, reward models: written by the learners that have them."""
@@ -433,6 +447,25 @@ class Learner:
         """Restore what `extra_state()` returned."""
 
     # ----- helpers for subclasses -----------------------------------------------
+
+    def _optimizer_step(self, model: torch.nn.Module, optimizer: torch.optim.Optimizer,
+                        loss: torch.Tensor | None, local_count: int) -> float:
+        """Backward `loss` (a mean over `local_count` samples; None for an empty local minibatch),
+        average gradients across ranks into the global-minibatch mean, clip, step. Returns the grad norm."""
+        optimizer.zero_grad(set_to_none=True)
+        if loss is not None:
+            loss.backward()
+        if self.dist.enabled:
+            total = self.dist.sum(local_count)
+            self.dist.average_gradients(model, local_count / total if total else 0.0)
+        norm = clip_grad(model, self.args.max_grad_norm)
+        optimizer.step()
+        return norm
+
+    def _even_chunks(self, chunks: list[torch.Tensor]) -> list[torch.Tensor]:
+        """Pad with empty minibatches so every rank takes the same number of optimizer steps."""
+        n = self.dist.max(len(chunks))
+        return chunks + [torch.zeros(0, dtype=torch.long)] * (n - len(chunks))
 
     def _optimizer(self, params: Any, lr: float) -> torch.optim.Optimizer:
         return torch.optim.AdamW([p for p in params if p.requires_grad], lr=lr, weight_decay=self.args.weight_decay)
@@ -546,9 +579,9 @@ def _agent_count(num_agents: int | None, agents: Sequence[Any] | None, configure
     return count
 
 
-def _resolve_devices(spec: Any, count: int) -> list[torch.device]:
-    if spec is None or spec == "auto":
-        return [torch.device("cuda:0" if torch.cuda.is_available() else "cpu")] * count
+def _resolve_devices(spec: Any, count: int, local_rank: int = 0) -> list[torch.device]:
+    if spec is None or spec == "auto":  # under torchrun each process takes its own GPU
+        return [torch.device(f"cuda:{local_rank}" if torch.cuda.is_available() else "cpu")] * count
     if isinstance(spec, (str, torch.device)):
         return [torch.device(spec)] * count
     spec = list(spec)

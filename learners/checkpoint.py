@@ -37,6 +37,12 @@ Config fields in `PORTABLE_FIELDS` may change on resume: raising
 so decaying schedules differ from a run that had the longer length from the
 start); changing the `eval_*` fields changes how many random numbers
 evaluation draws, so the continuation is then no longer bit-identical.
+
+Under torchrun (`learner.dist.enabled`) saving is collective: every rank calls
+it, rank 0 writes the files with every rank's RNG states (`rng.pt["ranks"]`),
+and all ranks share rank 0's run id; on resume each rank reads the checkpoint
+(a shared file system) and restores its own RNG streams. Weights, optimizer
+states, callbacks and `extra_state()` are rank 0's (identical on every rank).
 """
 
 from __future__ import annotations
@@ -49,6 +55,7 @@ import json
 import math
 import os
 import random
+import re
 import shutil
 import tempfile
 import time
@@ -124,6 +131,11 @@ def save_checkpoint(learner: "Learner", path: str | os.PathLike) -> str:
     refused (a checkpoint never overwrites unrelated data).
     """
     path = _expand(path)
+    dist = _dist(learner)
+    if dist is not None and not dist.is_main:  # rank 0 writes; the others hand over their RNG states
+        dist.gather(_capture_rng())
+        dist.barrier()
+        return path
     if os.path.lexists(path):
         if not os.path.isdir(path) or os.path.islink(path):
             raise FileExistsError(f"cannot write a checkpoint to {path!r}: it exists and is not a directory.")
@@ -139,22 +151,25 @@ def save_checkpoint(learner: "Learner", path: str | os.PathLike) -> str:
         os.chmod(staging, 0o777 & ~_umask())  # mkdtemp makes it 0700; a checkpoint gets normal permissions
         _write(learner, staging)
         _fsync_tree(staging)
-        if os.path.isdir(path):
-            if _exchange(staging, path):  # staging now holds the old checkpoint
-                _fsync_dir(parent)
-                shutil.rmtree(staging, ignore_errors=True)
-            else:  # no atomic exchange here: move the old one aside first
-                trash = tempfile.mkdtemp(prefix=f".{os.path.basename(path)}{tag}old-", dir=parent)
-                os.rename(path, os.path.join(trash, "old"))
-                os.rename(staging, path)
-                _fsync_dir(parent)
-                shutil.rmtree(trash, ignore_errors=True)
-        else:
+        if not os.path.isdir(path):
             os.rename(staging, path)
-        _fsync_dir(parent)
-    except BaseException:
-        shutil.rmtree(staging, ignore_errors=True)
-        raise
+            _fsync_dir(parent)
+        elif _exchange(staging, path):  # one atomic swap: staging now holds the old checkpoint
+            _fsync_dir(parent)
+        else:  # no atomic exchange on this OS / file system: move the old one aside, then rename
+            trash = tempfile.mkdtemp(prefix=f".{os.path.basename(path)}{tag}old-", dir=parent)
+            os.rename(path, os.path.join(trash, "old"))
+            try:
+                os.rename(staging, path)
+            except BaseException:
+                os.rename(os.path.join(trash, "old"), path)  # put the old checkpoint back
+                raise
+            _fsync_dir(parent)
+            shutil.rmtree(trash, ignore_errors=True)
+    finally:
+        shutil.rmtree(staging, ignore_errors=True)  # gone after a rename; the old checkpoint after a swap
+    if dist is not None:
+        dist.barrier()
     return path
 
 
@@ -200,7 +215,7 @@ def load_checkpoint(learner: "Learner", path: str | os.PathLike) -> dict[str, An
     learner.run_id = state["run_id"]
     learner.checkpoint_sequence = state["sequence"]
     learner.wandb_identity = dict(state["wandb"]) if state["wandb"] else None
-    _restore_rng(rng)
+    _restore_rng(rng, _dist(learner))
     return progress
 
 
@@ -278,11 +293,16 @@ class CheckpointManager:
         return progress
 
     def start(self) -> None:
-        """Refuse a checkpoint_dir that holds another run's snapshots; remove this run's stale staging dirs."""
+        """Refuse a checkpoint_dir that holds another run's snapshots; remove this run's stale staging dirs.
+
+        Under torchrun every rank takes rank 0's run id (collective: every rank calls `learn()`)."""
+        dist = _dist(self.learner)
+        if dist is not None:
+            self.learner.run_id = dist.gather(self.learner.run_id)[0]
         if self.dir is None:
             return
         self._check_dir(self.learner.run_id)
-        if os.path.isdir(self.dir):
+        if os.path.isdir(self.dir) and (dist is None or dist.is_main):
             tag = _staging_tag(self.learner.run_id)
             for name in os.listdir(self.dir):
                 if name.startswith(".") and tag in name:
@@ -323,6 +343,10 @@ class CheckpointManager:
         self.learner.checkpoint_sequence = self.sequence
         name = f"{CHECKPOINT_PREFIX}{self.sequence}"
         target = os.path.join(self.dir, name)
+        dist = _dist(self.learner)
+        if dist is not None and not dist.is_main:
+            save_checkpoint(self.learner, target)  # hands over this rank's RNG states, waits for rank 0
+            return
         if os.path.lexists(target):
             try:
                 owner = _read_state(target).get("run_id")
@@ -361,12 +385,18 @@ def _write(learner: "Learner", out: str) -> None:
     for name, module in modules.items():
         sd = _untie(module.state_dict())
         sd = {k: v.detach().cpu().contiguous() for k, v in sd.items()}
-        save_file(_unshare(sd), os.path.join(out, "models", f"{name}.safetensors"))
+        file = os.path.join(out, "models", f"{name}.safetensors")
+        save_file(_unshare(sd), file)
+        os.chmod(file, 0o666 & ~_umask())  # safetensors creates 0600 files
         shapes[name] = {k: [list(v.shape), str(v.dtype)] for k, v in sd.items()}
     optimizers, schedulers = learner.checkpoint_optimizers()
     torch.save({"optimizers": [o.state_dict() for o in optimizers],
                 "schedulers": [s.state_dict() for s in schedulers]}, os.path.join(out, "optim.pt"))
-    torch.save(_capture_rng(), os.path.join(out, "rng.pt"))
+    rng = _capture_rng()
+    dist = _dist(learner)
+    if dist is not None:  # every rank's states; the top level stays rank 0's
+        rng["ranks"] = dist.gather(rng)
+    torch.save(rng, os.path.join(out, "rng.pt"))
     holders = _stateful(learner)
     states = []
     for slot, holder in holders:
@@ -390,8 +420,9 @@ def _write(learner: "Learner", out: str) -> None:
         "sequence": int(getattr(learner, "checkpoint_sequence", 0) or 0),
         "progress": {k: int(getattr(learner, k)) for k in _PROGRESS_KEYS},
         "num_agents": learner.num_agents,
+        "world_size": dist.world_size if dist is not None else 1,
         "config": _config(learner),
-        "tokenizers": [_fingerprint(t) for t in learner.tokenizers],
+        "tokenizers": _fingerprints(learner.tokenizers),
         "data": _data_fingerprint(learner),
         "shapes": shapes,
         "optimizers": len(optimizers),
@@ -446,7 +477,7 @@ def _validate(learner: "Learner", path: str, state: dict[str, Any], modules: dic
         raise CheckpointError(
             f"checkpoint {path!r} has {state['num_agents']} agents, this learner {learner.num_agents}."
         )
-    now_tok = [_fingerprint(t) for t in learner.tokenizers]
+    now_tok = _fingerprints(learner.tokenizers)
     if state["tokenizers"] != now_tok:
         which = [i for i, (a, b) in enumerate(zip(state["tokenizers"], now_tok)) if a != b] or "all"
         raise CheckpointError(
@@ -549,15 +580,24 @@ def _check_optim(path: str, optim: Any, optimizers: list, schedulers: list) -> N
 
 
 def _check_rng(path: str, rng: Any) -> None:
-    try:
-        if not isinstance(rng, dict):
-            raise TypeError(f"expected a dict, got {type(rng).__name__}")
-        random.Random().setstate(_python_state(rng["python"]))
-        np.random.RandomState().set_state(_numpy_state_tuple(rng["numpy"]))
-        torch.Generator().set_state(rng["torch"])
-        cuda = rng.get("cuda", [])
+    def check(state: Any) -> None:
+        if not isinstance(state, dict):
+            raise TypeError(f"expected a dict, got {type(state).__name__}")
+        random.Random().setstate(_python_state(state["python"]))
+        np.random.RandomState().set_state(_numpy_state_tuple(state["numpy"]))
+        torch.Generator().set_state(state["torch"])
+        cuda = state.get("cuda", [])
         if not isinstance(cuda, list) or not all(isinstance(t, torch.Tensor) and t.dtype == torch.uint8 for t in cuda):
             raise TypeError("CUDA states must be a list of uint8 tensors")
+
+    try:
+        check(rng)
+        ranks = rng.get("ranks")  # one state per torchrun process
+        if ranks is not None:
+            if not isinstance(ranks, list) or not ranks:
+                raise TypeError("'ranks' must be a non-empty list of per-process states")
+            for state in ranks:
+                check(state)
     except Exception as exc:
         raise CheckpointError(f"checkpoint {path!r}: rng.pt holds invalid RNG states ({exc!r}).") from exc
 
@@ -619,13 +659,26 @@ def _load_pt(path: str, name: str) -> Any:
 
 
 def _config(learner: "Learner") -> dict[str, Any]:
-    cfg = json.loads(json.dumps(dataclasses.asdict(learner.args), default=str))
+    cfg = json.loads(json.dumps(dataclasses.asdict(learner.args), default=_stable_repr))
     cfg.pop("num_agents", None)  # the agent count is checked on its own (None and N mean the same run)
     return cfg
 
 
+def _stable_repr(obj: Any) -> str:
+    """repr() without memory addresses, so an object in the config (a logits processor) compares equal."""
+    return re.sub(r" at 0x[0-9a-fA-F]+", "", repr(obj))
+
+
 def _portable(field: str) -> bool:
     return field in PORTABLE_FIELDS or field.endswith("_dir")
+
+
+def _fingerprints(tokenizers: list[Any]) -> list[str]:
+    memo: dict[int, str] = {}  # agents often share one tokenizer
+    for t in tokenizers:
+        if id(t) not in memo:
+            memo[id(t)] = _fingerprint(t)
+    return [memo[id(t)] for t in tokenizers]
 
 
 def _fingerprint(tokenizer: Any) -> str:
@@ -686,7 +739,8 @@ def _stateful(learner: "Learner") -> list[tuple[str, Any]]:
         candidates.append((attr, getattr(learner, attr, None)))
     out, seen = [], set()
     for slot, obj in candidates:
-        if obj is None or id(obj) in seen or obj is learner or isinstance(obj, (torch.nn.Module, torch.optim.Optimizer)):
+        if obj is None or id(obj) in seen or obj is learner or isinstance(obj, (torch.nn.Module,
+                                                                                 torch.optim.Optimizer)):
             continue
         if callable(getattr(obj, "state_dict", None)) and callable(getattr(obj, "load_state_dict", None)):
             seen.add(id(obj))
@@ -751,7 +805,19 @@ def _numpy_state_tuple(state: dict[str, Any]) -> tuple:
             float(state["cached"]))
 
 
-def _restore_rng(state: dict[str, Any]) -> None:
+def _restore_rng(state: dict[str, Any], dist: Any = None) -> None:
+    ranks = state.get("ranks")
+    if dist is not None:
+        if ranks and len(ranks) == dist.world_size:
+            state = ranks[dist.rank]
+        else:
+            warnings.warn(
+                f"the checkpoint holds RNG states of {len(ranks) if ranks else 1} process(es), this run has "
+                f"{dist.world_size}; the ranks keep their own seeds (sampling differs from the original run).",
+                stacklevel=3)
+            if dist.rank >= len(ranks or [state]):
+                return
+            state = ranks[dist.rank] if ranks else state
     random.setstate(_python_state(state["python"]))
     np.random.set_state(_numpy_state_tuple(state["numpy"]))
     torch.set_rng_state(state["torch"])
@@ -766,6 +832,12 @@ def _restore_rng(state: dict[str, Any]) -> None:
     elif cuda:
         warnings.warn("the checkpoint holds CUDA RNG states but CUDA is not available; sampling will differ "
                       "from the original run.", stacklevel=3)
+
+
+def _dist(learner: "Learner") -> Any:
+    """The learner's torch.distributed group when it spans several processes (torchrun), else None."""
+    dist = getattr(learner, "dist", None)
+    return dist if dist is not None and getattr(dist, "enabled", False) else None
 
 
 def _expand(path: str | os.PathLike) -> str:
@@ -812,6 +884,8 @@ def _fsync_tree(root: str) -> None:
 
 
 def _fsync_dir(path: str) -> None:
+    if os.name == "nt":  # directories cannot be opened for fsync on Windows
+        return
     fd = os.open(path, os.O_RDONLY)
     try:
         os.fsync(fd)

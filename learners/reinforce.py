@@ -26,7 +26,7 @@ import time
 
 import torch
 
-from learners.base import Learner, LearnerConfig, clip_grad, seed_everything
+from learners.base import Learner, LearnerConfig, seed_everything
 from learners.rollout import Rollout, completion_logprobs, rollout_metrics
 
 __all__ = [
@@ -168,7 +168,7 @@ class MAGRPO(Learner):
                 ref = copy.deepcopy(model).to(device).eval()
                 ref.requires_grad_(False)
                 self.reference_models.append(ref)
-        seed_everything(cfg.seed)
+        seed_everything(cfg.seed + self.dist.rank)  # ranks sample different completions
 
     def _validate(self) -> None:
         super()._validate()
@@ -183,9 +183,9 @@ class MAGRPO(Learner):
         cfg: MAGRPOConfig = self.args
         rollout = self.engine.collect(roots, cfg.num_generations, cfg.rollout_mode, cfg.joint_mode, cfg.discount)
         rollout = self._relabel(rollout)
-        self.env_steps += rollout.num_joint_actions
+        self.env_steps += int(self.dist.sum(rollout.num_joint_actions))
         t0 = time.perf_counter()
-        chunks = self._minibatches(rollout)
+        chunks = self._even_chunks(self._minibatches(rollout))
         need_old = len(chunks) > 1 or cfg.reference_kl_enabled
         old = [self._logprobs_no_grad(self.agents[a], rollout, a) for a in range(self.num_agents)] if need_old else None
         returns, kl = rollout.returns, None
@@ -207,18 +207,18 @@ class MAGRPO(Learner):
         for a, (model, optimizer) in enumerate(zip(self.agents, self.optimizers)):
             losses, norms = [], []
             for idx in chunks:
+                if len(idx) == 0:  # this rank has no groups left: join the others' step with zero gradients
+                    norms.append(self._optimizer_step(model, optimizer, None, 0))
+                    continue
                 batch = rollout.samples[a].select(idx)
                 logprobs = completion_logprobs(model, batch)
                 mask = batch.completion_mask.to(logprobs.device)
                 old_lp = logprobs.detach() if old is None else old[a][idx][:, : logprobs.shape[1]].to(logprobs.device)
                 loss = policy_loss(logprobs, old_lp, advantages[a, idx].to(logprobs.device), mask,
                                    cfg.clip_range, cfg.length_normalization)
-                optimizer.zero_grad(set_to_none=True)
-                loss.backward()
-                norms.append(clip_grad(model, cfg.max_grad_norm))
-                optimizer.step()
+                norms.append(self._optimizer_step(model, optimizer, loss, len(idx)))
                 losses.append(float(loss.detach()))
-            metrics[f"train/agent_{a}/loss"] = sum(losses) / len(losses)
+            metrics[f"train/agent_{a}/loss"] = sum(losses) / max(len(losses), 1)
             metrics[f"train/agent_{a}/grad_norm"] = sum(norms) / len(norms)
             metrics[f"train/agent_{a}/learning_rate"] = optimizer.param_groups[0]["lr"]
         return metrics

@@ -206,8 +206,8 @@ class RolloutEngine:
             pad_token_id=tok.pad_token_id,
             eos_token_id=eos_ids,
             **sampling,
-            **cfg.generation_kwargs,
         )
+        kwargs.update(cfg.generation_kwargs)  # the user's generate arguments win (e.g. beam search)
         if cfg.stop_strings:
             kwargs.update(stop_strings=cfg.stop_strings, tokenizer=tok)
         with torch.no_grad():

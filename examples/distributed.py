@@ -1,0 +1,60 @@
+# Run: .venv/bin/torchrun --standalone --nproc_per_node 2 examples/distributed.py [--out DIR] [--epochs N]
+"""Data-parallel MAGRPO with torch.distributed: the same script as one process, launched by torchrun.
+
+Each rank plays its shard of every batch of task instances, gradients are
+averaged across ranks before each optimizer step (so every rank keeps the same
+weights), and rank 0 alone logs, checkpoints and saves. On CPUs the backend is
+gloo; on GPUs NCCL, each rank on its own GPU. Two agents built offline (a tiny
+random Qwen2) learn coop/LengthRatio-v0.
+"""
+
+from __future__ import annotations
+
+import argparse
+import hashlib
+import json
+import os
+
+import torch
+import torch.distributed as dist
+
+from comlrl_env.testing import tiny_model
+from learners import MAGRPO, MAGRPOConfig
+
+parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+parser.add_argument("--out", default="outputs/distributed")
+parser.add_argument("--epochs", type=int, default=2)
+parser.add_argument("--resume", default=None, help="a checkpoint-* directory to continue from")
+parser.add_argument("--beams", action="store_true", help="deterministic beam-search rollouts (for tests)")
+args = parser.parse_args()
+
+dist.init_process_group("nccl" if torch.cuda.is_available() else "gloo")
+rank = dist.get_rank()
+model_dir = os.path.join(args.out, "tiny-model")
+if rank == 0:
+    tiny_model(model_dir, arch="qwen2", seed=0)  # rank 0 builds the model, the others wait for it
+dist.barrier()
+
+config = MAGRPOConfig(
+    num_train_epochs=args.epochs,
+    episodes_per_epoch=8,
+    num_generations=2 if args.beams else 4,
+    rollout_buffer_size=4,  # global: 2 task instances per rank per rollout
+    max_new_tokens=8,
+    temperature=1.0,
+    top_p=1.0,
+    top_k=None,
+    agent_learning_rate=1e-2,
+    eval_interval=0,
+    output_dir=os.path.join(args.out, "run"),  # rank 0 writes metrics.jsonl
+    generation_kwargs={"do_sample": False, "num_beams": 2} if args.beams else {},
+    verbose=rank == 0,
+)
+learner = MAGRPO(env="coop/LengthRatio-v0", agent_model=model_dir, num_agents=2, args=config)
+learner.learn(checkpoint_dir=os.path.join(args.out, "checkpoints"), resume_from_checkpoint=args.resume)
+learner.save_model(os.path.join(args.out, "agents"))
+
+digest = hashlib.sha256(b"".join(p.detach().numpy().tobytes() for a in learner.agents for p in a.parameters()))
+with open(os.path.join(args.out, f"weights-rank{rank}.json"), "w") as f:
+    json.dump({"rank": rank, "sha256": digest.hexdigest(), "epoch": learner.epoch, "env_steps": learner.env_steps}, f)
+dist.destroy_process_group()

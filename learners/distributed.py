@@ -1,0 +1,115 @@
+"""Data parallelism with torch.distributed: the same script under `torchrun --nproc_per_node N`.
+
+Every rank holds full copies of the agents (identical weights), plays its
+shard of each batch of task instances (instances r, r + N, ... of the global
+batch), and computes its loss on its own samples. Before each optimizer step
+the gradients of each agent are averaged across ranks in one flat all-reduce,
+weighted so that the result equals the gradient of the mean over the global
+minibatch; every rank then takes the same step and keeps identical weights.
+Ranks sample with different seeds (seed + rank). Rank 0 alone logs (console,
+JSONL, wandb), writes checkpoints and saves models; metrics are averaged
+across ranks. The backend is NCCL on GPUs and gloo on CPUs; several machines
+use torchrun's usual rendezvous (`--nnodes`, `--rdzv-endpoint`).
+
+Without torchrun (no `WORLD_SIZE` in the environment, or 1) everything is a
+no-op and a learner runs as a single process.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import os
+from typing import Any
+
+import torch
+import torch.distributed as dist
+
+__all__ = ["Distributed"]
+
+
+@dataclasses.dataclass
+class Distributed:
+    """The process group seen by one learner: rank, world size, and the collectives it needs."""
+
+    rank: int = 0
+    world_size: int = 1
+    local_rank: int = 0
+
+    @classmethod
+    def from_env(cls) -> "Distributed":
+        """Join the torchrun process group when `WORLD_SIZE > 1` (initializing it if needed)."""
+        world = int(os.environ.get("WORLD_SIZE", "1"))
+        if world <= 1:
+            return cls()
+        if not dist.is_initialized():
+            backend = "nccl" if torch.cuda.is_available() else "gloo"
+            dist.init_process_group(backend=backend)
+        return cls(rank=dist.get_rank(), world_size=dist.get_world_size(),
+                   local_rank=int(os.environ.get("LOCAL_RANK", "0")))
+
+    @property
+    def enabled(self) -> bool:
+        return self.world_size > 1
+
+    @property
+    def is_main(self) -> bool:
+        return self.rank == 0
+
+    def shard(self, items: list[Any]) -> list[Any]:
+        """This rank's share of a global batch: items rank, rank + N, ..."""
+        return items[self.rank::self.world_size]
+
+    def sum(self, value: float) -> float:
+        if not self.enabled:
+            return value
+        t = torch.tensor([float(value)], dtype=torch.float64)
+        dist.all_reduce(t)
+        return float(t[0])
+
+    def max(self, value: int) -> int:
+        if not self.enabled:
+            return value
+        t = torch.tensor([int(value)], dtype=torch.int64)
+        dist.all_reduce(t, op=dist.ReduceOp.MAX)
+        return int(t[0])
+
+    def mean_metrics(self, metrics: dict[str, float]) -> dict[str, float]:
+        """Average each metric over the ranks that report it (ranks may see different turns)."""
+        if not self.enabled:
+            return metrics
+        merged: dict[str, list[float]] = {}
+        for part in self.gather(metrics):
+            for k, v in part.items():
+                merged.setdefault(k, []).append(float(v))
+        return {k: sum(v) / len(v) for k, v in merged.items()}
+
+    def average_gradients(self, model: torch.nn.Module, weight: float) -> None:
+        """grad <- sum over ranks of weight_r * grad_r, in one flat all-reduce per model.
+
+        Callers pass weight_r = local samples / global samples of the minibatch, so a loss that is
+        a mean over the local samples yields the gradient of the mean over the global minibatch.
+        Parameters without a gradient on this rank (an empty local minibatch) contribute zeros.
+        """
+        params = [p for p in model.parameters() if p.requires_grad]
+        if not self.enabled or not params:
+            return
+        flat = torch.cat([(p.grad if p.grad is not None else torch.zeros_like(p)).reshape(-1) * weight
+                          for p in params])
+        dist.all_reduce(flat)
+        offset = 0
+        for p in params:
+            n = p.numel()
+            p.grad = flat[offset:offset + n].view_as(p).clone()
+            offset += n
+
+    def barrier(self) -> None:
+        if self.enabled:
+            dist.barrier()
+
+    def gather(self, obj: Any) -> list[Any]:
+        """Every rank's `obj` on every rank (used for RNG states in checkpoints)."""
+        if not self.enabled:
+            return [obj]
+        out: list[Any] = [None] * self.world_size
+        dist.all_gather_object(out, obj)
+        return out
