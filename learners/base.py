@@ -295,7 +295,8 @@ class Learner:
             ckpt.resume(resume_from_checkpoint)
             wandb_cfg = self.logger.wandb_config
             if identity and wandb_cfg is not None and "id" not in wandb_cfg and "resume" not in wandb_cfg:
-                self.logger.wandb_config = {**wandb_cfg, "id": identity["id"], "resume": "allow"}
+                saved = {k: v for k, v in identity.items() if k in ("project", "entity") and v}
+                self.logger.wandb_config = {**saved, **wandb_cfg, "id": identity["id"], "resume": "allow"}
         ckpt.start()
         if self.dist.enabled and (cfg.rollout_buffer_size % self.dist.world_size
                                   or self._epoch_size(self.env) % self.dist.world_size):
