@@ -1,6 +1,7 @@
-"""Side-by-side MAGRPO benchmark: comlrl-env vs the reference library (comlrl 1.4.3), alternating runs.
+"""Side-by-side benchmark: comlrl-env vs the reference library (comlrl 1.4.3), alternating runs.
 
-    python benchmarks/compare.py --model benchmarks/_work/tiny --model benchmarks/_work/qwen31m --repeats 3
+    python benchmarks/compare.py --model benchmarks/_work/tiny --model benchmarks/_work/qwen31m \
+        --learner magrpo --learner iac --learner maac --learner marlhf --repeats 3
 
 Each run is a fresh process (ours in the project venv, the reference in
 `benchmarks/.venv-ref`), alternating sides so that machine noise hits both
@@ -22,14 +23,14 @@ import sys
 HERE = os.path.dirname(os.path.abspath(__file__))
 ROOT = os.path.dirname(HERE)
 SIDES = {
-    "reference": (os.path.join(HERE, ".venv-ref", "bin", "python"), os.path.join(HERE, "reference_magrpo.py")),
+    "reference": (os.path.join(HERE, ".venv-ref", "bin", "python"), os.path.join(HERE, "reference.py")),
     "ours": (sys.executable, os.path.join(HERE, "ours.py")),
 }
 
 
-def run(side: str, model: str, wait_quiet: float) -> dict:
+def run(side: str, model: str, learner: str, wait_quiet: float) -> dict:
     python, script = SIDES[side]
-    out = subprocess.run([python, script, "--model", model, "--wait-quiet", str(wait_quiet)],
+    out = subprocess.run([python, script, "--model", model, "--learner", learner, "--wait-quiet", str(wait_quiet)],
                          capture_output=True, text=True, cwd=ROOT)
     lines = [line for line in out.stdout.splitlines() if line.startswith("{")]
     if out.returncode != 0 or not lines:
@@ -40,34 +41,39 @@ def run(side: str, model: str, wait_quiet: float) -> dict:
 def main() -> int:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--model", action="append", required=True)
+    p.add_argument("--learner", action="append", choices=["magrpo", "iac", "maac", "marlhf"])
     p.add_argument("--repeats", type=int, default=3)
     p.add_argument("--wait-quiet", type=float, default=60.0, help="seconds to wait for an idle CPU before each run")
     a = p.parse_args()
+    learners = a.learner or ["magrpo"]
     os.makedirs(os.path.join(HERE, "_work"), exist_ok=True)
     rows = []
     with open(os.path.join(HERE, "_work", "results.jsonl"), "a") as log:
-        for model in a.model:
+        for learner, model in [(lr, m) for m in a.model for lr in learners]:
             results: dict[str, list[dict]] = {"reference": [], "ours": []}
             for i in range(a.repeats):
                 order = ("reference", "ours") if i % 2 == 0 else ("ours", "reference")
                 for side in order:
-                    r = run(side, model, a.wait_quiet)
+                    r = run(side, model, learner, a.wait_quiet)
                     results[side].append(r)
                     log.write(json.dumps(r) + "\n")
-                    print(f"  {model} {side}: {r['seconds']:.2f} s, {r['peak_rss_gb']:.2f} GB", file=sys.stderr)
+                    log.flush()
+                    print(f"  {learner} {model} {side}: {r['seconds']:.2f} s, {r['peak_rss_gb']:.2f} GB "
+                          f"(foreign cpu {r.get('foreign_cpu_s')})", file=sys.stderr)
             ref, ours = results["reference"], results["ours"]
             for key in ("optimizer_steps_per_agent", "completions_per_agent"):
                 if ref[0][key] != ours[0][key]:
                     raise RuntimeError(f"unequal work on {model}: {key} reference={ref[0][key]} ours={ours[0][key]}")
             med = {s: statistics.median(r["seconds"] for r in results[s]) for s in results}
             rss = {s: max(r["peak_rss_gb"] for r in results[s]) for s in results}
-            rows.append((os.path.basename(model), med["reference"], med["ours"], med["reference"] / med["ours"],
+            rows.append((learner, os.path.basename(model), med["reference"], med["ours"], med["reference"] / med["ours"],
                          rss["reference"], rss["ours"], ours[0]["optimizer_steps_per_agent"],
                          ours[0]["completions_per_agent"]))
-    print("| model | reference s | ours s | speed-up | reference peak GB | ours peak GB | steps/agent | completions/agent |")
-    print("|---|---|---|---|---|---|---|---|")
-    for name, rs, os_, ratio, rr, orr, steps, comps in rows:
-        print(f"| {name} | {rs:.2f} | {os_:.2f} | {ratio:.2f}x | {rr:.2f} | {orr:.2f} | {steps} | {comps} |")
+    print("| learner | model | reference s | ours s | speed-up | reference peak GB | ours peak GB | steps/agent | "
+          "completions/agent |")
+    print("|---|---|---|---|---|---|---|---|---|")
+    for learner, name, rs, os_, ratio, rr, orr, steps, comps in rows:
+        print(f"| {learner} | {name} | {rs:.2f} | {os_:.2f} | {ratio:.2f}x | {rr:.2f} | {orr:.2f} | {steps} | {comps} |")
     return 0
 
 
