@@ -70,7 +70,8 @@ def run_one(model_dir: str, learner_name: str = "magrpo", wait_quiet: float = 0.
     else:
         cls, extra = MARLHF, {}
         cfg = MARLHFConfig(**common, train_batch_size=workload.ROLLOUT_BUFFER_SIZE,
-                           preference_num_candidates=workload.NUM_GENERATIONS, reward_model_device="cpu")
+                           preference_num_candidates=workload.NUM_GENERATIONS, reward_model_device="cpu",
+                           reward_heldout_fraction=0.0, preference_pairs_per_sample=16, reward_train_batch_size=8)
     learner = cls(
         agent_model=model_dir,
         train_dataset=datasets.Dataset.from_dict({"prompt": list(workload.PROMPTS)}),
