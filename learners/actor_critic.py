@@ -360,6 +360,7 @@ class IAC(_ActorCritic):
 
     def _setup_models(self) -> None:
         cfg: IACConfig = self.args
+        seed_everything(cfg.seed)  # value heads start identical across runs and ranks
         if cfg.use_separate_critic:
             sources = resolve_sources("critic", self.critic_model, self.critic_sources, self.num_agents, broadcast_objects=True)
             devices = _critic_devices(cfg.critic_devices, self.num_agents, self.devices)
@@ -455,6 +456,7 @@ class MAAC(_ActorCritic):
 
     def _setup_models(self) -> None:
         cfg: MAACConfig = self.args
+        seed_everything(cfg.seed)  # the value head starts identical across runs and ranks
         sources = resolve_sources("critic", self.critic_model, self.critic_sources, 1)
         devices = _critic_devices(cfg.critic_devices, 1, self.devices)
         hidden = self.model_config.get("critic_value_head_hidden_dim")

@@ -219,6 +219,7 @@ class Learner:
         self.schedulers = [self._scheduler(o) for o in self.optimizers]
         self.reward_model: RewardModel | None = None  # set by MARLHF: replaces the task reward in training
         self.reward_normalization: tuple[float, float] | None = None  # (mean, std) applied to its scores
+        self.wrapper: Any = None  # a learner driving this one (MARLHF); its state_dict() joins checkpoints
         self.run_id = self.dist.gather(uuid.uuid4().hex)[0]  # one run id, rank 0's, on every rank
         self.library_version = LIBRARY_VERSION
         self.checkpoint_sequence = 0
@@ -441,11 +442,13 @@ class Learner:
         return list(self.optimizers), list(self.schedulers)
 
     def extra_state(self) -> dict[str, Any]:
-        """Learner-specific state (tensors, numbers, strings) for checkpoints."""
-        return {}
+        """Learner-specific state (tensors, numbers, strings) for checkpoints: here, the wrapper's."""
+        return {"wrapper": self.wrapper.state_dict()} if self.wrapper is not None else {}
 
     def load_extra_state(self, state: dict[str, Any]) -> None:
         """Restore what `extra_state()` returned."""
+        if self.wrapper is not None and "wrapper" in state:
+            self.wrapper.load_state_dict(state["wrapper"])
 
     # ----- helpers for subclasses -----------------------------------------------
 

@@ -324,6 +324,11 @@ class CheckpointManager:
         if self.dir is not None and (final or self.learner.epoch % self.interval == 0):
             self._save()
 
+    def save_now(self) -> None:
+        """A checkpoint outside the epoch schedule (e.g. right after a preference stage)."""
+        if self.dir is not None:
+            self._save()
+
     # ----- internals -------------------------------------------------------------
 
     def _check_dir(self, run_id: str) -> None:

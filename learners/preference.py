@@ -36,6 +36,7 @@ import torch
 from learners.actor_critic import IAC, MAAC, IACConfig, MAACConfig
 from learners.agents import load_causal_lm, model_name
 from learners.base import Learner
+from learners.checkpoint import CheckpointManager
 from learners.reinforce import MAGRPO, MAGRPOConfig
 from learners.rollout import Rollout, RolloutEngine
 from rewards.models import RewardModel, bradley_terry_loss, joint_text
@@ -290,6 +291,10 @@ class MARLHF:
             # As the seed: critics default to critic_model_name, else the first actor's id.
             critic_model = cfg.critic_model_name or model_name((kwargs.get("agents") or [kwargs.get("agent_model")])[0])
         self.policy: Learner = policy_cls(args=policy_cfg, critic_model=critic_model, critics=critics, **kwargs)
+        self.policy.wrapper = self  # our state_dict() rides in the policy learner's checkpoints
+        if self.policy.dist.enabled:
+            raise ValueError("MARLHF under torchrun is not supported yet (each rank would learn its own reward "
+                             "model); run it as a single process.")
         self.reward_device = torch.device(cfg.reward_model_device) if cfg.reward_model_device else self.policy.devices[0]
         self.reward_model: RewardModel | None = None
         self.shards: list[list[dict[str, Any]]] = []  # pairs of each iteration (texts and rewards)
@@ -314,18 +319,57 @@ class MARLHF:
     def env(self) -> Any:
         return self.policy.env
 
-    def learn(self, **checkpoint_kwargs: Any) -> dict[str, float]:
-        """Run the preference stage(s) and policy phase(s); checkpoint arguments as `Learner.learn`."""
+    def learn(
+        self,
+        checkpoint_dir: str | None = None,
+        checkpoint_interval: int = 1,
+        resume_from_checkpoint: str | None = None,
+        checkpoint_total_limit: int | None = None,
+        checkpoint_steps: int | None = None,
+    ) -> dict[str, float]:
+        """Run the preference stage(s) and policy phase(s), checkpointing after every preference stage
+        and at the policy learner's boundaries; `resume_from_checkpoint` continues bit for bit."""
         cfg = self.args
         iterations = getattr(cfg, "num_iterations", 1)
-        epochs_per_iteration = cfg.num_train_epochs
+        kwargs = dict(checkpoint_dir=checkpoint_dir, checkpoint_interval=checkpoint_interval,
+                      checkpoint_total_limit=checkpoint_total_limit, checkpoint_steps=checkpoint_steps)
+        resume = resume_from_checkpoint
+        if resume is not None:
+            self._restore(resume)
         metrics: dict[str, float] = {}
         while self.iteration < iterations:
-            metrics = self.preference_stage()
-            self.policy.args.num_train_epochs = epochs_per_iteration * (self.iteration + 1)
-            metrics.update(self.policy.learn(**checkpoint_kwargs))
+            if resume is None:
+                metrics = self.preference_stage()
+                manager = CheckpointManager(self.policy, checkpoint_dir, total_limit=checkpoint_total_limit)
+                manager.start()
+                manager.save_now()
+            self.policy.args.num_train_epochs = cfg.num_train_epochs * (self.iteration + 1)
+            metrics.update(self.policy.learn(resume_from_checkpoint=resume, **kwargs))
+            resume = None
             self.iteration += 1
         return metrics
+
+    def state_dict(self) -> dict[str, Any]:
+        """Preference data and history for checkpoints (strings, numbers and CPU tensors only)."""
+        return {"iteration": self.iteration, "shards": self.shards, "history": self.history,
+                "normalization": list(self.policy.reward_normalization or [])}
+
+    def load_state_dict(self, state: dict[str, Any]) -> None:
+        self.iteration = int(state["iteration"])
+        self.shards = [list(s) for s in state["shards"]]
+        self.history = [list(h) for h in state["history"]]
+        self.policy.reward_normalization = tuple(state["normalization"]) or None
+
+    def _restore(self, path: str) -> None:
+        """Rebuild the frozen reward model a checkpoint holds, then load everything (weights, pairs, counters)."""
+        if os.path.isfile(os.path.join(os.path.expanduser(path), "models", "reward_model.safetensors")):
+            self.reward_model = RewardModel.from_pretrained(
+                self.reward_model_source, device=self.reward_device, freeze_backbone=self.args.reward_freeze_backbone,
+                max_length=self.args.reward_max_length,
+            ).eval().requires_grad_(False)
+            self.policy.reward_model = self.reward_model
+        self.policy.load_checkpoint(path)
+        self.policy.args.num_train_epochs = max(self.policy.epoch, self.args.num_train_epochs * (self.iteration + 1))
 
     def train(self, **kwargs: Any) -> dict[str, float]:
         """Alias of `learn()`."""

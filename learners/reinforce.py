@@ -27,7 +27,7 @@ import time
 import torch
 
 from learners.base import Learner, LearnerConfig, seed_everything
-from learners.rollout import Rollout, completion_logprobs, rollout_metrics
+from learners.rollout import Rollout, completion_logprobs, per_agent, rollout_metrics
 
 __all__ = [
     "MAGRPO",
@@ -203,8 +203,9 @@ class MAGRPO(Learner):
     ) -> dict[str, float]:
         """One optimizer step per agent per minibatch of groups; returns loss and gradient-norm metrics."""
         cfg: MAGRPOConfig = self.args
-        metrics: dict[str, float] = {}
-        for a, (model, optimizer) in enumerate(zip(self.agents, self.optimizers)):
+
+        def update_agent(a: int) -> dict[str, float]:
+            model, optimizer = self.agents[a], self.optimizers[a]
             losses, norms = [], []
             for idx in chunks:
                 if len(idx) == 0:  # this rank has no groups left: join the others' step with zero gradients
@@ -218,9 +219,15 @@ class MAGRPO(Learner):
                                    cfg.clip_range, cfg.length_normalization)
                 norms.append(self._optimizer_step(model, optimizer, loss, len(idx)))
                 losses.append(float(loss.detach()))
-            metrics[f"train/agent_{a}/loss"] = sum(losses) / max(len(losses), 1)
-            metrics[f"train/agent_{a}/grad_norm"] = sum(norms) / len(norms)
-            metrics[f"train/agent_{a}/learning_rate"] = optimizer.param_groups[0]["lr"]
+            return {f"train/agent_{a}/loss": sum(losses) / max(len(losses), 1),
+                    f"train/agent_{a}/grad_norm": sum(norms) / len(norms),
+                    f"train/agent_{a}/learning_rate": optimizer.param_groups[0]["lr"]}
+
+        # Agents on their own accelerators update concurrently (never under torchrun: collectives stay ordered).
+        concurrent = self.engine.concurrent and not self.dist.enabled
+        metrics: dict[str, float] = {}
+        for part in per_agent(update_agent, self.num_agents, concurrent):
+            metrics.update(part)
         return metrics
 
     # ----- helpers ------------------------------------------------------------------
@@ -235,9 +242,17 @@ class MAGRPO(Learner):
                 for i in range(0, len(groups), size)]
 
     @staticmethod
-    def _logprobs_no_grad(model, rollout: Rollout, agent: int) -> torch.Tensor:
+    def _logprobs_no_grad(model, rollout: Rollout, agent: int, rows: int = 16) -> torch.Tensor:
+        """Log-probs of every sample under `model`, `rows` sequences per forward (bounds the logits' memory)."""
+        samples = rollout.samples[agent]
+        T = samples.completion_ids.shape[1]
+        out = torch.zeros(len(samples), T)
         with torch.no_grad():
-            return completion_logprobs(model, rollout.samples[agent]).cpu()
+            for start in range(0, len(samples), rows):
+                idx = torch.arange(start, min(start + rows, len(samples)))
+                part = completion_logprobs(model, samples.select(idx)).cpu()
+                out[idx, : part.shape[1]] = part
+        return out
 
     def _reference_kl(self, rollout: Rollout, agent: int, logprobs: torch.Tensor) -> torch.Tensor:
         """k3 estimate per sample: sum_t exp(ref - pi) - (ref - pi) - 1 over completion tokens."""

@@ -32,6 +32,7 @@ from __future__ import annotations
 import dataclasses
 import itertools
 import time
+from concurrent.futures import ThreadPoolExecutor
 from typing import Any, Sequence
 
 import torch
@@ -45,6 +46,8 @@ __all__ = [
     "RolloutEngine",
     "SampleBatch",
     "completion_logprobs",
+    "distinct_accelerators",
+    "per_agent",
     "rollout_metrics",
 ]
 
@@ -174,6 +177,7 @@ class RolloutEngine:
         self.agents = list(agents)
         self.tokenizers = list(tokenizers)
         self.settings = settings
+        self.concurrent = distinct_accelerators([m.device for m in self.agents])
 
     # ----- one batched generate ------------------------------------------------
 
@@ -266,10 +270,10 @@ class RolloutEngine:
         while nodes:
             states = [env.state() for env in nodes]  # joint text before acting (centralized critics)
             t0 = time.perf_counter()
-            batches = [
-                self.generate(a, [obs[agent_ids[a]] for obs in observations], per_node, greedy)
-                for a in range(A)
-            ]
+            batches = per_agent(
+                lambda a: self.generate(a, [obs[agent_ids[a]] for obs in observations], per_node, greedy),
+                A, self.concurrent,
+            )
             timings["generate"] += time.perf_counter() - t0
             t0 = time.perf_counter()
             if joint_mode == "cross" and A > 1:
@@ -391,6 +395,24 @@ def _backup(levels: list[dict[str, Any]], discount: float) -> list[torch.Tensor]
         counts = torch.zeros(lv["num_nodes"]).index_add_(0, lv["node"], torch.ones(len(R)))
         child_node_mean = sums / counts[:, None]
     return out
+
+
+def distinct_accelerators(devices: Sequence[torch.device]) -> bool:
+    """True when every model sits on its own accelerator, so per-agent work can overlap in threads.
+
+    CPU models never run concurrently: they would share the CPU's random generator (sampling
+    order would depend on thread timing) and its cores.
+    """
+    devices = [torch.device(d) for d in devices]
+    return len(devices) > 1 and all(d.type != "cpu" for d in devices) and len(set(devices)) == len(devices)
+
+
+def per_agent(fn: Any, num_agents: int, concurrent: bool) -> list[Any]:
+    """`[fn(0), ..., fn(A - 1)]`, in threads (one per agent) when `concurrent`; results in agent order."""
+    if not concurrent:
+        return [fn(a) for a in range(num_agents)]
+    with ThreadPoolExecutor(max_workers=num_agents) as pool:
+        return list(pool.map(fn, range(num_agents)))
 
 
 def _completion_mask(completion: torch.Tensor, eos_ids: list[int], pad_id: int, stop_strings: bool) -> torch.Tensor:

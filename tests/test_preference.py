@@ -238,3 +238,24 @@ def test_two_iterations_with_a_comparator_replay_and_pair_files(tiny_dir, tmp_pa
     assert files == ["iteration_0000.json", "iteration_0001.json"] and (replay_dir / "old.json").exists()
     record = json.loads(next(replay_dir.glob("resume-*/iteration_0000.json")).read_text())
     assert record["num_pairs"] == len(record["pairs"]) and set(record["pairs"][0]) >= {"winner", "loser"}
+
+
+def test_resume_from_a_preference_stage_or_a_policy_epoch_is_bit_identical(tiny_dir, tmp_path):
+    def build():
+        cfg = MARLHFIterConfig(num_iterations=2, comparator_policy="current_copy", preference_replay_mode="all_history",
+                               reward_learning_rate=1e-3, reward_normalization=True, **SMALL)
+        return MARLHFIterTrainer(agent_model=tiny_dir, num_agents=2, reward_func=longer, train_dataset=train_dataset,
+                                 args=cfg)
+
+    full = build()
+    full.learn(checkpoint_dir=str(tmp_path / "full"))
+    # Per iteration: a checkpoint after the preference stage, then one at the end of its policy epoch.
+    assert sorted(p.name for p in (tmp_path / "full").iterdir()) == [f"checkpoint-{i}" for i in (1, 2, 3, 4)]
+    for resume_at in ("checkpoint-2", "checkpoint-3"):
+        resumed = build()
+        resumed.learn(checkpoint_dir=str(tmp_path / "full"), resume_from_checkpoint=str(tmp_path / "full" / resume_at))
+        assert resumed.iteration == 2 and len(resumed.shards) == 2
+        for name, module in full.policy.checkpoint_modules().items():
+            other = resumed.policy.checkpoint_modules()[name].state_dict()
+            for key, value in module.state_dict().items():
+                assert torch.equal(value, other[key]), (resume_at, name, key)
