@@ -136,6 +136,7 @@ class Scripted(RolloutEngine):
 
     def __init__(self):
         self.agents, self.tokenizers, self.settings = [None, None], [_PadOnly(), _PadOnly()], GenerationSettings()
+        self.concurrent = False
         self.prompts_seen: list[list[str]] = []
 
     def generate(self, agent, prompts, num_samples, greedy=False):
