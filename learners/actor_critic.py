@@ -348,6 +348,9 @@ class IAC(_ActorCritic):
 
     def _validate(self) -> None:
         cfg: IACConfig = self.args
+        if cfg.peft_config is not None and not cfg.use_separate_critic:
+            raise ValueError("peft_config needs use_separate_critic=True for IAC: a value head on a LoRA actor's "
+                             "backbone is not supported.")
         given = self.critic_model is not None or self.critic_sources is not None
         if not cfg.use_separate_critic and given:
             raise ValueError("critics can only be provided when use_separate_critic=True: with "

@@ -31,6 +31,7 @@ import comlrl_env
 from comlrl_env import DatasetEnv, TextParallelEnv
 from learners.agents import load_agents, model_name
 from learners.distributed import Distributed
+from learners.lora import attach_adapters
 from learners.checkpoint import CheckpointManager, load_checkpoint, read_checkpoint_metadata, save_checkpoint
 from learners.logger import RunLogger
 from learners.rollout import GenerationSettings, Rollout, RolloutEngine
@@ -102,6 +103,11 @@ class LearnerConfig:
     """Truncate prompts (from the left) to this many tokens; None keeps them whole."""
     generation_kwargs: dict[str, Any] = dataclasses.field(default_factory=dict)
     """Extra `generate` arguments for training and evaluation."""
+    peft_config: Any = None
+    """A `peft.LoraConfig` (or a dict of its arguments): each agent trains its own LoRA adapter, and agents
+    loaded from one `agent_model` share one frozen base model in memory (needs `comlrl-env[peft]`)."""
+    merge_adapters_on_save: bool = False
+    """With `peft_config`, `save_model` writes merged full models instead of adapter dirs."""
     output_dir: str | None = None
     """Where `metrics.jsonl` is written; None writes no file."""
     verbose: bool = True
@@ -204,8 +210,18 @@ class Learner:
         self.critic_model, self.critic_sources = critic_model, critics
         self._validate()
 
-        self.agents, self.tokenizers = load_agents(agent_model, agents, count if agents is None else None,
+        # With LoRA, homogeneous agents load one base model that all their adapters share.
+        shared_base = cfg.peft_config is not None and agents is None
+        if shared_base and isinstance(tokenizer, (list, tuple)):
+            tokenizer = tokenizer[0]
+        self.agents, self.tokenizers = load_agents(agent_model, agents,
+                                                   (1 if shared_base else count) if agents is None else None,
                                                    tokenizer, self.model_config)
+        if shared_base:
+            self.agents, self.tokenizers = self.agents * count, self.tokenizers * count
+        if cfg.peft_config is not None:
+            seed_everything(cfg.seed)  # adapters start identical across runs and ranks
+            self.agents = attach_adapters(self.agents, cfg.peft_config, cfg.merge_adapters_on_save)
         self.agent_names = [model_name(a) for a in (agents if agents is not None else [agent_model] * count)]
         for model, device in zip(self.agents, self.devices):
             model.to(device)

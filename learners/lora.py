@@ -1,0 +1,113 @@
+"""LoRA agents through PEFT: each agent trains its own adapter; homogeneous agents share one frozen base.
+
+With `peft_config` set in a learner config, every agent becomes an
+`AdapterAgent`: a named LoRA adapter on a PEFT model. Agents built from one
+`agent_model` id or dir share a single base model in memory (N agents cost
+about one base plus N adapters); before each generate or forward the agent
+activates its own adapter. An `AdapterAgent` behaves like the HF model the
+rest of the library expects (`generate`, forward, `device`, `config`,
+`save_pretrained`), and its parameters and state dict are its adapter's only,
+so optimizers, gradient all-reduce and checkpoints see exactly what trains.
+
+`save_model` writes each agent as a PEFT adapter directory (load it with
+`PeftModel.from_pretrained(base, dir)`), or as a full merged model with
+`merge_adapters_on_save=True`.
+"""
+
+from __future__ import annotations
+
+import copy
+import os
+import shutil
+import tempfile
+from typing import Any, Sequence
+
+import torch
+from torch import nn
+
+__all__ = ["AdapterAgent", "attach_adapters"]
+
+
+class AdapterAgent(nn.Module):
+    """One agent: the adapter `adapter_name` of a (possibly shared) PEFT model."""
+
+    def __init__(self, peft_model: nn.Module, adapter_name: str, merge_on_save: bool = False) -> None:
+        super().__init__()
+        object.__setattr__(self, "peft", peft_model)  # not a submodule: a shared base is nobody's state
+        self.adapter_name = adapter_name
+        self.merge_on_save = merge_on_save
+        marker = f".{adapter_name}."
+        for name, param in peft_model.named_parameters():
+            if marker in name:
+                param.requires_grad_(True)  # PEFT freezes inactive adapters; activate() toggles it per use
+                self.register_parameter(name.replace(".", "__"), param)
+        if not list(self.parameters()):
+            raise ValueError(f"adapter {adapter_name!r} has no parameters; check peft_config.target_modules.")
+
+    def activate(self) -> nn.Module:
+        """Make this agent's adapter the active one and return the PEFT model."""
+        if self.peft.active_adapter != self.adapter_name:
+            self.peft.set_adapter(self.adapter_name)
+        return self.peft
+
+    def forward(self, *args: Any, **kwargs: Any) -> Any:
+        return self.activate()(*args, **kwargs)
+
+    def generate(self, *args: Any, **kwargs: Any) -> Any:
+        return self.activate().generate(*args, **kwargs)
+
+    @property
+    def device(self) -> torch.device:
+        return next(self.parameters()).device
+
+    @property
+    def config(self) -> Any:
+        return self.peft.config
+
+    @property
+    def generation_config(self) -> Any:
+        return self.peft.generation_config
+
+    @property
+    def name_or_path(self) -> str:
+        return getattr(self.peft.base_model.model, "name_or_path", "")
+
+    def get_input_embeddings(self) -> nn.Module:
+        return self.peft.get_input_embeddings()
+
+    def to(self, *args: Any, **kwargs: Any) -> "AdapterAgent":
+        self.peft.to(*args, **kwargs)
+        return self
+
+    def save_pretrained(self, path: str, state_dict: Any = None) -> None:
+        """An adapter dir (`adapter_config.json`, `adapter_model.safetensors`), or a merged full model."""
+        if self.merge_on_save:
+            twin = copy.deepcopy(self.peft)
+            twin.set_adapter(self.adapter_name)
+            twin.merge_and_unload(adapter_names=[self.adapter_name]).save_pretrained(path)
+            return
+        with tempfile.TemporaryDirectory(dir=os.path.dirname(os.path.abspath(path)) or ".") as tmp:
+            self.peft.save_pretrained(tmp, selected_adapters=[self.adapter_name])
+            # PEFT nests non-"default" adapters in a subdirectory named after them.
+            source = os.path.join(tmp, self.adapter_name)
+            source = source if os.path.isdir(source) else tmp
+            os.makedirs(path, exist_ok=True)
+            for name in os.listdir(source):
+                shutil.move(os.path.join(source, name), os.path.join(path, name))
+
+
+def attach_adapters(models: Sequence[nn.Module], peft_config: Any, merge_on_save: bool = False) -> list[AdapterAgent]:
+    """Give agent i the adapter `agent_{i}`; agents that are the same model object share one base."""
+    from peft import LoraConfig, get_peft_model  # PEFT is the optional extra `comlrl-env[peft]`
+
+    config = LoraConfig(**peft_config) if isinstance(peft_config, dict) else peft_config
+    wrapped: dict[int, nn.Module] = {}
+    agents = []
+    for i, model in enumerate(models):
+        name = f"agent_{i}"
+        if id(model) not in wrapped:
+            wrapped[id(model)] = get_peft_model(model, copy.deepcopy(config), adapter_name=name)
+        else:
+            wrapped[id(model)].add_adapter(name, copy.deepcopy(config))
+        agents.append(name)
+    return [AdapterAgent(wrapped[id(m)], name, merge_on_save) for m, name in zip(models, agents)]

@@ -1,0 +1,83 @@
+"""LoRA agents: one shared frozen base for homogeneous agents, per-agent adapters, export, checkpoints."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+from datasets import Dataset
+from transformers import AutoModelForCausalLM
+
+from learners import MAGRPO, MAGRPOConfig
+
+peft = pytest.importorskip("peft")
+
+LORA = {"r": 4, "lora_alpha": 8, "target_modules": ["q_proj", "v_proj"], "lora_dropout": 0.0}
+data = Dataset.from_list([{"prompt": f"Question {i}:"} for i in range(2)])
+
+
+def spaces(a, b, c):
+    return [sum(ch.isspace() for ch in x + y + z) / max(len(x + y + z), 1) for x, y, z in zip(a, b, c)]
+
+
+def build(tiny_dir, **kwargs):
+    cfg = MAGRPOConfig(num_train_epochs=1, num_generations=2, max_new_tokens=4, temperature=1.0, top_p=1.0,
+                       rollout_buffer_size=2, agent_learning_rate=1e-2, eval_interval=0, verbose=False,
+                       peft_config=LORA, **kwargs)
+    return MAGRPO(agent_model=tiny_dir, num_agents=3, reward_func=spaces, train_dataset=data, args=cfg)
+
+
+def test_three_agents_share_one_frozen_base_and_train_their_own_adapters(tiny_dir):
+    learner = build(tiny_dir)
+    bases = {id(a.peft) for a in learner.agents}
+    assert len(bases) == 1  # one base model in memory
+    base_params = [p for n, p in learner.agents[0].peft.named_parameters() if "lora_" not in n]
+    adapters = [[p.detach().clone() for p in a.parameters()] for a in learner.agents]
+    frozen = [p.detach().clone() for p in base_params]
+    # Each agent's optimizer holds exactly its own adapter.
+    for agent, opt in zip(learner.agents, learner.optimizers):
+        held = {id(p) for g in opt.param_groups for p in g["params"]}
+        assert held == {id(p) for p in agent.parameters()} and len(held) == 8  # 2 layers x 2 modules x (A, B)
+    total = sum(p.numel() for p in learner.agents[0].peft.parameters())
+    one_adapter = sum(p.numel() for p in learner.agents[0].parameters())
+    assert total == sum(p.numel() for p in base_params) + 3 * one_adapter  # base + N adapters
+    learner.learn()
+    assert all(torch.equal(a, b) for a, b in zip(frozen, base_params))  # the base never moves
+    for agent, before in zip(learner.agents, adapters):
+        assert any(not torch.equal(p, q) for p, q in zip(agent.parameters(), before))
+
+
+def test_save_adapters_or_merged_models(tiny_dir, tmp_path):
+    from peft import PeftModel
+
+    learner = build(tiny_dir)
+    learner.learn()
+    learner.save_model(str(tmp_path / "adapters"))
+    base = AutoModelForCausalLM.from_pretrained(tiny_dir)
+    loaded = PeftModel.from_pretrained(base, tmp_path / "adapters" / "agent_1")
+    ids = torch.tensor([[5, 6, 7]])
+    with torch.no_grad():
+        expected = learner.agents[1](input_ids=ids).logits
+        assert torch.allclose(loaded(input_ids=ids).logits, expected, atol=1e-5)
+    merged = build(tiny_dir, merge_adapters_on_save=True)
+    for mine, theirs in zip(merged.agents, learner.agents):  # same adapters as the trained learner
+        for p, q in zip(mine.parameters(), theirs.parameters()):
+            p.data.copy_(q.data)
+    merged.save_model(str(tmp_path / "merged"))
+    full = AutoModelForCausalLM.from_pretrained(tmp_path / "merged" / "agent_1")
+    with torch.no_grad():
+        assert torch.allclose(full(input_ids=ids).logits, expected, atol=1e-4)
+
+
+def test_checkpoint_holds_only_adapters_and_resumes_exactly(tiny_dir, tmp_path):
+    full = build(tiny_dir, **{})
+    full.args.num_train_epochs = 2
+    full.learn()
+    first = build(tiny_dir)
+    first.learn(checkpoint_dir=str(tmp_path / "ckpt"))
+    resumed = build(tiny_dir)
+    resumed.args.num_train_epochs = 2
+    resumed.learn(checkpoint_dir=str(tmp_path / "ckpt"), resume_from_checkpoint=str(tmp_path / "ckpt" / "checkpoint-1"))
+    for a, b in zip(full.agents, resumed.agents):
+        assert all(torch.equal(p, q) for p, q in zip(a.parameters(), b.parameters()))
+    size = sum(f.stat().st_size for f in (tmp_path / "ckpt" / "checkpoint-1" / "models").iterdir())
+    assert size < 200_000  # adapters only, not three copies of the 0.8 MB base
