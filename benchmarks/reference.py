@@ -5,8 +5,8 @@ Run in the reference venv (see setup_ref_venv.sh):
     benchmarks/.venv-ref/bin/python benchmarks/reference.py --model benchmarks/_work/tiny --learner iac
     benchmarks/.venv-ref/bin/python benchmarks/reference.py --model DIR --model DIR2 --learner maac
 
-A generalization of ``reference_magrpo.py`` (same CLI, same JSON line, plus a
-``learner`` field). One ``--model``: two homogeneous agents
+One JSON line per run (``workload.emit_result``, with a ``learner`` field).
+One ``--model``: two homogeneous agents
 (``agent_model=DIR``, loaded twice by the reference). Several ``--model``
 flags: one fresh subprocess per model (so peak RSS is per model), one JSON
 line each.
@@ -16,8 +16,8 @@ Every learner is configured to do the work of ``benchmarks/ours.py --learner
 per agent and prompt, 32 new tokens, one epoch, 8 optimizer steps per agent),
 on CPU, with W&B, evaluation and early termination off and ``num_turns=1``:
 
-* ``magrpo``: exactly as ``reference_magrpo.py`` (``MAGRPOTrainer``,
-  ``rollout_buffer_size=2`` prompts per optimizer step -> 8 steps per agent).
+* ``magrpo``: ``MAGRPOTrainer`` with ``rollout_buffer_size=2`` prompts per
+  optimizer step -> 8 steps per agent.
 * ``iac``: ``IACTrainer`` with one separate critic per agent
   (``critic_model=DIR``, ``use_separate_critic=True``), ``num_generations=4``.
   Its rollout buffer counts *samples* (completions) per agent and is drained
