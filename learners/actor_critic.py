@@ -37,7 +37,13 @@ import torch
 from torch import nn
 
 from learners.agents import load_causal_lm, model_name, resolve_sources
-from learners.base import Learner, LearnerConfig, save_pretrained_with_head, seed_everything
+from learners.base import (
+    Learner,
+    LearnerConfig,
+    enable_gradient_checkpointing,
+    save_pretrained_with_head,
+    seed_everything,
+)
 from learners.reinforce import policy_loss
 from learners.rollout import Rollout, SampleBatch, completion_logprobs, rollout_metrics
 
@@ -314,6 +320,8 @@ class _ActorCritic(Learner):
             else:
                 model = loaded[id(source)] = load_causal_lm(source, self.model_config)
             critics.append(CausalLMWithValueHead.attach(model.to(device), hidden_dim))
+            if self.args.gradient_checkpointing:
+                enable_gradient_checkpointing(critics[-1])
         return critics
 
     def checkpoint_modules(self) -> dict[str, nn.Module]:

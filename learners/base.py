@@ -37,7 +37,8 @@ from learners.logger import RunLogger
 from learners.rollout import GenerationSettings, Rollout, RolloutEngine
 from rewards.models import RewardModel, joint_text
 
-__all__ = ["Learner", "LearnerConfig", "clip_grad", "save_pretrained_with_head", "seed_everything"]
+__all__ = ["Learner", "LearnerConfig", "clip_grad", "enable_gradient_checkpointing", "save_pretrained_with_head",
+           "seed_everything"]
 
 LIBRARY_VERSION = comlrl_env.__version__
 
@@ -108,6 +109,10 @@ class LearnerConfig:
     loaded from one `agent_model` share one frozen base model in memory (needs `comlrl-env[peft]`)."""
     merge_adapters_on_save: bool = False
     """With `peft_config`, `save_model` writes merged full models instead of adapter dirs."""
+    gradient_checkpointing: bool = False
+    """Recompute layer activations in the backward pass (agents and critics): less memory, more compute."""
+    mixed_precision: str | None = None
+    """"bf16": run rollouts and losses under bfloat16 autocast on the agents' device type; None: full precision."""
     output_dir: str | None = None
     """Where `metrics.jsonl` is written; None writes no file."""
     verbose: bool = True
@@ -129,6 +134,8 @@ class LearnerConfig:
             raise ValueError(f"top_p must be in (0, 1], got {self.top_p}.")
         if self.lr_scheduler_type not in ("constant", "linear", "cosine"):
             raise ValueError(f"lr_scheduler_type must be 'constant', 'linear' or 'cosine', got {self.lr_scheduler_type!r}.")
+        if self.mixed_precision not in (None, "bf16"):
+            raise ValueError(f"mixed_precision must be None or 'bf16', got {self.mixed_precision!r}.")
         if self.parallel_training in ("null", None):
             self.parallel_training = "none"
         if self.parallel_training not in ("none", "mp"):
@@ -225,6 +232,8 @@ class Learner:
         self.agent_names = [model_name(a) for a in (agents if agents is not None else [agent_model] * count)]
         for model, device in zip(self.agents, self.devices):
             model.to(device)
+            if cfg.gradient_checkpointing:
+                enable_gradient_checkpointing(model)
         self._setup_models()
         self.engine = RolloutEngine(self.agents, self.tokenizers, GenerationSettings(
             max_new_tokens=cfg.max_new_tokens, temperature=cfg.temperature, top_p=cfg.top_p, top_k=cfg.top_k,
@@ -333,7 +342,8 @@ class Learner:
                 batches = [order[i:i + cfg.rollout_buffer_size] for i in range(0, len(order), cfg.rollout_buffer_size)]
                 while self.batch_in_epoch < len(batches):
                     roots = self._reset_roots(self.env, self.dist.shard(batches[self.batch_in_epoch]))
-                    metrics = self.dist.mean_metrics(self.step(roots))
+                    with self._autocast():
+                        metrics = self.dist.mean_metrics(self.step(roots))
                     for s in self.checkpoint_optimizers()[1]:  # every schedule steps once per rollout
                         s.step()
                     self.batch_in_epoch += 1
@@ -467,6 +477,10 @@ class Learner:
             self.wrapper.load_state_dict(state["wrapper"])
 
     # ----- helpers for subclasses -----------------------------------------------
+
+    def _autocast(self) -> torch.autocast:
+        """bfloat16 autocast on the agents' device type when `mixed_precision="bf16"` (else a no-op)."""
+        return torch.autocast(self.devices[0].type, dtype=torch.bfloat16, enabled=self.args.mixed_precision == "bf16")
 
     def _optimizer_step(self, model: torch.nn.Module, optimizer: torch.optim.Optimizer,
                         loss: torch.Tensor | None, local_count: int) -> float:
@@ -617,6 +631,19 @@ def clip_grad(model: torch.nn.Module, max_norm: float | None) -> float:
         return 0.0
     norm = torch.nn.utils.clip_grad_norm_(params, max_norm if max_norm is not None else float("inf"))
     return float(norm)
+
+
+def enable_gradient_checkpointing(model: torch.nn.Module) -> None:
+    """Turn on HF gradient checkpointing while the model stays in eval mode (no dropout).
+
+    HF checkpoints a layer only when `layer.training` is set; we set that flag on the checkpointed
+    layers alone (not their submodules), so dropout stays off and generation (no grad) is unaffected.
+    """
+    target = getattr(model, "peft", model)  # a LoRA agent's shared PEFT model
+    target.gradient_checkpointing_enable(gradient_checkpointing_kwargs={"use_reentrant": False})
+    for module in target.modules():
+        if getattr(module, "gradient_checkpointing", False) is True:
+            module.training = True
 
 
 def save_pretrained_with_head(model: torch.nn.Module, path: str, tokenizer: Any = None) -> None:
