@@ -14,6 +14,7 @@ The base owns what every algorithm needs and nothing algorithmic:
 
 from __future__ import annotations
 
+import abc
 import dataclasses
 import json
 import math
@@ -153,7 +154,7 @@ def _positive(cfg: Any, *names: str, allow_none: bool = False) -> None:
             raise ValueError(f"{name} must be a positive number, got {value!r}.")
 
 
-class Learner:
+class Learner(abc.ABC):
     """Base of MAGRPO, IAC, MAAC and MARLHF: builds the env and agents, runs `learn()`.
 
     Subclasses set `config_class` and implement `step(roots) -> dict[str, float]`:
@@ -290,9 +291,9 @@ class Learner:
     def _setup_models(self) -> None:
         """Attach heads, load critics and their optimizers (runs after the agents load)."""
 
+    @abc.abstractmethod
     def step(self, roots: list[TextParallelEnv]) -> dict[str, float]:
         """Roll out the reset environments `roots`, update the agents, return metrics."""
-        raise NotImplementedError
 
     # ----- the training loop -----------------------------------------------------
 
