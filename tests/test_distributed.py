@@ -62,3 +62,9 @@ def test_two_ranks_agree_with_one_process_over_the_same_global_batch(tmp_path):
         # Float-level differences only (Adam amplifies them on near-zero gradients): measured ~0.2% of the
         # update; a wrong gradient weighting would be tens of percent.
         assert update > 0 and diff / update < 0.01, diff / update
+
+
+def test_a_two_rank_checkpoint_resumes_in_one_process(two_epochs, tmp_path):
+    out, _ = two_epochs
+    resumed = torchrun(tmp_path, "--epochs", "2", "--resume", str(out / "checkpoints" / "checkpoint-1"), nproc=1)
+    assert resumed[0]["epoch"] == 2 and resumed[0]["env_steps"] == 2 * 8 * 4
