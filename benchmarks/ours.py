@@ -3,6 +3,7 @@
 Run in the project venv:
 
     .venv/bin/python benchmarks/ours.py --model benchmarks/_work/tiny [--learner magrpo|iac|maac|marlhf]
+    .venv/bin/python benchmarks/ours.py --model benchmarks/_work/tiny --num-agents 1   # vs trl_grpo.py
 
 Same work as the reference side: 2 homogeneous agents, the 16 workload
 prompts x 4 samples x 32 new tokens, one epoch, and 8 optimizer steps per
@@ -33,7 +34,12 @@ os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
 os.environ.setdefault("TRANSFORMERS_VERBOSITY", "error")
 
 
-def run_one(model_dir: str, learner_name: str = "magrpo", wait_quiet: float = 0.0) -> dict:
+def length_reward(completions):
+    """The single-agent workload's reward (TRL's side computes the same): completion length / 100."""
+    return [len(c) / 100 for c in completions]
+
+
+def run_one(model_dir: str, learner_name: str = "magrpo", wait_quiet: float = 0.0, num_agents: int = 2) -> dict:
     import datasets
     import torch
     import transformers
@@ -44,8 +50,10 @@ def run_one(model_dir: str, learner_name: str = "magrpo", wait_quiet: float = 0.
     torch.set_num_threads(int(os.environ.get("BENCH_THREADS", workload.NUM_THREADS)))
     transformers.utils.logging.disable_progress_bar()
 
+    if num_agents == 1 and learner_name != "magrpo":
+        raise SystemExit("--num-agents 1 (the single-agent comparison with TRL) runs MAGRPO only.")
     common = dict(
-        num_agents=workload.NUM_AGENTS,
+        num_agents=num_agents,
         num_turns=1,
         num_train_epochs=workload.NUM_TRAIN_EPOCHS,
         num_generations=workload.NUM_GENERATIONS,
@@ -75,7 +83,7 @@ def run_one(model_dir: str, learner_name: str = "magrpo", wait_quiet: float = 0.
     learner = cls(
         agent_model=model_dir,
         train_dataset=datasets.Dataset.from_dict({"prompt": list(workload.PROMPTS)}),
-        reward_func=workload.reward_func,
+        reward_func=workload.reward_func if num_agents == 2 else length_reward,
         args=cfg,
         **extra,
     )
@@ -135,9 +143,11 @@ def main(argv=None) -> int:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     p.add_argument("--model", required=True, help="local HF model dir")
     p.add_argument("--learner", default="magrpo", choices=["magrpo", "iac", "maac", "marlhf"])
+    p.add_argument("--num-agents", type=int, default=2, choices=[1, 2],
+                   help="1: the single-agent workload of the TRL comparison (trl_grpo.py)")
     p.add_argument("--wait-quiet", type=float, default=0.0, metavar="SECONDS")
     a = p.parse_args(argv)
-    run_one(a.model, a.learner, wait_quiet=a.wait_quiet)
+    run_one(a.model, a.learner, wait_quiet=a.wait_quiet, num_agents=a.num_agents)
     return 0
 
 

@@ -5,7 +5,7 @@ Run with the TRL venv (bash benchmarks/setup_trl_venv.sh):
     benchmarks/.venv-trl/bin/python benchmarks/trl_grpo.py --model benchmarks/_work/tiny [--wait-quiet 60]
 
 The single-agent form of the shared workload (`workload.py`), the same work as
-`ours_single.py`: the 16 workload prompts (plain text, no chat template) x 4
+`ours.py --num-agents 1`: the 16 workload prompts (plain text, no chat template) x 4
 samples (`num_generations=4`) x 32 new tokens (`max_completion_length=32`),
 one epoch, temperature 1.0, top_p 1.0, no top_k; fp32 on CPU, no vLLM,
 `beta=0` (no reference model), gradient checkpointing off.
@@ -13,7 +13,7 @@ one epoch, temperature 1.0, top_p 1.0, no top_k; fp32 on CPU, no vLLM,
 `steps_per_generation=1`: TRL's `generation_batch_size` is then
 8 x 1 process x 1 = 8 completions (2 prompts x 4 samples) per generate call,
 and each generation batch is one optimizer step -> 8 optimizer steps, 64
-completions. The reward is the one-agent reward of `ours_single.py`
+completions. The reward is the one-agent reward of `ours.py --num-agents 1`
 (completion length / 100). Times `trainer.train()` only, counts optimizer
 steps (wrapped `optimizer.step`, cross-checked with `state.global_step`) and
 completions (reward-function calls), and prints one JSON line
