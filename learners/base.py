@@ -20,13 +20,11 @@ import json
 import math
 import os
 import random
-import time
 import uuid
-from typing import Any, Callable, Iterator, Sequence
+from typing import Any, Callable, Sequence
 
 import numpy as np
 import torch
-from transformers import PreTrainedModel, PreTrainedTokenizerBase
 
 import comlrl_env
 from comlrl_env import DatasetEnv, TextParallelEnv

@@ -2,8 +2,11 @@
 
 from __future__ import annotations
 
+import pettingzoo
 import pytest
 import torch
+
+import comlrl_env
 
 from comlrl_env.testing import tiny_model
 
@@ -41,3 +44,18 @@ def _restore_torch_rng():
     state = torch.get_rng_state()
     yield
     torch.set_rng_state(state)
+
+
+@pytest.fixture(autouse=True)
+def _restore_registries():
+    """Drop the ids a test registers, so other test files see only the built-in tasks."""
+    saved = dict(comlrl_env.registry)
+    registration = getattr(getattr(pettingzoo, "env_registry", None), "registration", None)
+    pz_registry = getattr(registration, "parallel_registry", None)
+    pz_saved = dict(pz_registry) if pz_registry is not None else None
+    yield
+    comlrl_env.registry.clear()
+    comlrl_env.registry.update(saved)
+    if pz_registry is not None:
+        pz_registry.clear()
+        pz_registry.update(pz_saved)

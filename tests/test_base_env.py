@@ -7,28 +7,11 @@ import random
 import re
 
 import numpy as np
-import pettingzoo
 import pytest
 
-import comlrl_env
 from comlrl_env import TextParallelEnv, TextSpace, make, register
 from comlrl_env.testing import check_env
 from comlrl_env.testing.checks import EnvCheckError
-
-
-@pytest.fixture(autouse=True)
-def _restore_registries():
-    """Drop the ids a test registers, so other test files see only the built-in tasks."""
-    saved = dict(comlrl_env.registry)
-    registration = getattr(getattr(pettingzoo, "env_registry", None), "registration", None)
-    pz_registry = getattr(registration, "parallel_registry", None)
-    pz_saved = dict(pz_registry) if pz_registry is not None else None
-    yield
-    comlrl_env.registry.clear()
-    comlrl_env.registry.update(saved)
-    if pz_registry is not None:
-        pz_registry.clear()
-        pz_registry.update(pz_saved)
 
 
 # ----- small tasks ----------------------------------------------------------------

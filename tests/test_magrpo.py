@@ -10,7 +10,6 @@ import torch
 from datasets import Dataset
 from transformers import AutoModelForCausalLM, AutoTokenizer
 
-from learners import read_checkpoint_metadata
 from learners.reinforce import MAGRPO, MAGRPOConfig, MAGRPOTrainer, group_relative_advantages, policy_loss
 
 FAST = dict(num_train_epochs=1, num_generations=2, max_new_tokens=4, temperature=1.0, top_p=1.0, top_k=None,

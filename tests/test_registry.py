@@ -35,21 +35,6 @@ class Echo(TextParallelEnv):
         return float(all(hits)), all(hits)
 
 
-@pytest.fixture(autouse=True)
-def _restore_registries():
-    """Drop the ids a test registers, so other test files see only the built-in tasks."""
-    saved = dict(comlrl_env.registry)
-    registration = getattr(getattr(pettingzoo, "env_registry", None), "registration", None)
-    pz_registry = getattr(registration, "parallel_registry", None)
-    pz_saved = dict(pz_registry) if pz_registry is not None else None
-    yield
-    comlrl_env.registry.clear()
-    comlrl_env.registry.update(saved)
-    if pz_registry is not None:
-        pz_registry.clear()
-        pz_registry.update(pz_saved)
-
-
 def make_echo(**kwargs) -> Echo:
     """A module-level factory (picklable by reference), not a class."""
     return Echo(word_suffix="!", **kwargs)
