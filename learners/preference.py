@@ -35,7 +35,7 @@ import torch
 
 from learners.actor_critic import IAC, MAAC, IACConfig, MAACConfig
 from learners.agents import load_causal_lm, model_name
-from learners.base import Learner
+from learners.base import Learner, accumulate_gradients, adamw
 from learners.checkpoint import CheckpointManager
 from learners.reinforce import MAGRPO, MAGRPOConfig
 from learners.rollout import Rollout, RolloutEngine
@@ -455,7 +455,8 @@ class MARLHF:
         return pairs, texts_all
 
     def train_reward_model(self, pairs: list[dict[str, Any]]) -> dict[str, float]:
-        """Bradley-Terry training on `pairs`; returns loss and train / held-out accuracy."""
+        """Bradley-Terry training on `pairs`; returns the loss and the train accuracy (as the last epoch scored
+        its batches) and held-out accuracy."""
         cfg, rm = self.args, self.reward_model
         if not pairs:
             return {"preference/reward_model_loss": float("nan")}
@@ -464,22 +465,28 @@ class MARLHF:
         n_held = int(len(pairs) * cfg.reward_heldout_fraction) if len(pairs) >= 10 else 0
         held, train = [pairs[i] for i in order[:n_held]], [pairs[i] for i in order[n_held:]]
         params = [p for p in rm.parameters() if p.requires_grad]
-        optimizer = torch.optim.AdamW(params, lr=cfg.reward_learning_rate)
+        optimizer = adamw(params, cfg.reward_learning_rate)
+
+        def loss_fn(idx: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+            """Bradley-Terry loss of the training pairs `idx`, and the fraction the model already ranks right."""
+            batch = [train[j] for j in idx.tolist()]
+            scores = rm([p["winner"] for p in batch] + [p["loser"] for p in batch])
+            winner, loser = scores[: len(batch)], scores[len(batch):]
+            return bradley_terry_loss(winner, loser), (winner > loser).float().mean()
+
         rm.train()
-        losses = []
+        losses, accuracies = [], []
         for _ in range(cfg.reward_num_train_epochs):
-            perm = torch.randperm(len(train), generator=gen).tolist()
-            for i in range(0, len(train), cfg.reward_train_batch_size):
-                batch = [train[j] for j in perm[i:i + cfg.reward_train_batch_size]]
-                scores = rm([p["winner"] for p in batch] + [p["loser"] for p in batch])
-                loss = bradley_terry_loss(scores[: len(batch)], scores[len(batch):])
+            accuracies = []  # train accuracy: as the last epoch's batches were scored, no extra pass
+            for idx in torch.randperm(len(train), generator=gen).split(cfg.reward_train_batch_size):
                 optimizer.zero_grad(set_to_none=True)
-                loss.backward()
+                loss, accuracy = accumulate_gradients(idx, loss_fn, cfg.gradient_accumulation_steps)
                 optimizer.step()
-                losses.append(float(loss.detach()))
+                losses.append(loss)
+                accuracies.append(accuracy * len(idx))
         rm.eval()
         metrics = {"preference/reward_model_loss": sum(losses) / len(losses),
-                   "preference/reward_model_accuracy_train": _accuracy(rm, train)}
+                   "preference/reward_model_accuracy_train": sum(accuracies) / len(train)}
         if held:
             metrics["preference/reward_model_accuracy_heldout"] = _accuracy(rm, held)
         return metrics

@@ -27,7 +27,7 @@ import time
 import torch
 
 from learners.base import Learner, LearnerConfig, seed_everything
-from learners.rollout import Rollout, completion_logprobs, per_agent, rollout_metrics
+from learners.rollout import Rollout, completion_logprobs, per_agent, rollout_metrics, sampled_logprobs
 
 __all__ = [
     "MAGRPO",
@@ -187,7 +187,7 @@ class MAGRPO(Learner):
         t0 = time.perf_counter()
         chunks = self._even_chunks(self._minibatches(rollout))
         need_old = len(chunks) > 1 or cfg.reference_kl_enabled
-        old = [self._logprobs_no_grad(self.agents[a], rollout, a) for a in range(self.num_agents)] if need_old else None
+        old = [self._old_logprobs(a, rollout) for a in range(self.num_agents)] if need_old else None
         returns, kl = rollout.returns, None
         if cfg.reference_kl_enabled:
             kl = torch.stack([self._reference_kl(rollout, a, old[a]) for a in range(self.num_agents)])
@@ -206,19 +206,23 @@ class MAGRPO(Learner):
 
         def update_agent(a: int) -> dict[str, float]:
             model, optimizer = self.agents[a], self.optimizers[a]
+
+            def loss_fn(micro: torch.Tensor) -> torch.Tensor:
+                batch = rollout.samples[a].select(micro)
+                logprobs = completion_logprobs(model, batch)
+                mask = batch.completion_mask.to(logprobs.device)
+                old_lp = logprobs.detach() if old is None else old[a][micro][:, : logprobs.shape[1]].to(logprobs.device)
+                return policy_loss(logprobs, old_lp, advantages[a, micro].to(logprobs.device), mask,
+                                   cfg.clip_range, cfg.length_normalization)
+
             losses, norms = [], []
             for idx in chunks:
                 if len(idx) == 0:  # this rank has no groups left: join the others' step with zero gradients
                     norms.append(self._optimizer_step(model, optimizer, None, 0))
                     continue
-                batch = rollout.samples[a].select(idx)
-                logprobs = completion_logprobs(model, batch)
-                mask = batch.completion_mask.to(logprobs.device)
-                old_lp = logprobs.detach() if old is None else old[a][idx][:, : logprobs.shape[1]].to(logprobs.device)
-                loss = policy_loss(logprobs, old_lp, advantages[a, idx].to(logprobs.device), mask,
-                                   cfg.clip_range, cfg.length_normalization)
-                norms.append(self._optimizer_step(model, optimizer, loss, len(idx)))
-                losses.append(float(loss.detach()))
+                norm, loss = self._accumulated_step(model, optimizer, idx, loss_fn)
+                norms.append(norm)
+                losses.append(loss)
             return {f"train/agent_{a}/loss": sum(losses) / max(len(losses), 1),
                     f"train/agent_{a}/grad_norm": sum(norms) / len(norms),
                     f"train/agent_{a}/learning_rate": optimizer.param_groups[0]["lr"]}
@@ -241,22 +245,9 @@ class MAGRPO(Learner):
         return [torch.nonzero(torch.isin(rollout.group, groups[i:i + size])).squeeze(1)
                 for i in range(0, len(groups), size)]
 
-    @staticmethod
-    def _logprobs_no_grad(model, rollout: Rollout, agent: int, rows: int = 16) -> torch.Tensor:
-        """Log-probs of every sample under `model`, `rows` sequences per forward (bounds the logits' memory)."""
-        samples = rollout.samples[agent]
-        T = samples.completion_ids.shape[1]
-        out = torch.zeros(len(samples), T)
-        with torch.no_grad():
-            for start in range(0, len(samples), rows):
-                idx = torch.arange(start, min(start + rows, len(samples)))
-                part = completion_logprobs(model, samples.select(idx)).cpu()
-                out[idx, : part.shape[1]] = part
-        return out
-
     def _reference_kl(self, rollout: Rollout, agent: int, logprobs: torch.Tensor) -> torch.Tensor:
         """k3 estimate per sample: sum_t exp(ref - pi) - (ref - pi) - 1 over completion tokens."""
-        ref = self._logprobs_no_grad(self.reference_models[agent], rollout, agent)
+        ref = sampled_logprobs(self.reference_models[agent], rollout.samples[agent])
         diff = ref - logprobs
         mask = rollout.samples[agent].completion_mask
         return ((diff.exp() - diff - 1) * mask).sum(-1)

@@ -3,9 +3,11 @@
 One call to `RolloutEngine.collect(roots, ...)` plays a batch of B task
 instances (environments already reset) to the end:
 
-- per turn, per agent, ONE `generate` call over every live observation (all
-  nodes of the batch, each sampled `num_generations` times), left-padded, KV
-  cache on;
+- per turn, per agent, ONE batched sampling call over every live observation
+  (all nodes of the batch, each sampled `num_generations` times), left-padded,
+  KV cache on: `learners.sampling.sample_completions` (one prefill per prompt,
+  sampled-token log-probs kept for the learners) for plain sampling, or
+  `model.generate` when the user passes generate arguments or stop strings;
 - the sampled token ids are kept as they came out of `generate`: a
   completion is every token up to and including the first EOS (or up to the
   stop string), never padding and never prompt tokens, so the loss scores
@@ -39,6 +41,7 @@ import torch
 from transformers import PreTrainedModel, PreTrainedTokenizerBase
 
 from comlrl_env.base import TextParallelEnv
+from learners.sampling import sample_completions, supports_lean_sampling
 
 __all__ = [
     "GenerationSettings",
@@ -49,6 +52,7 @@ __all__ = [
     "distinct_accelerators",
     "per_agent",
     "rollout_metrics",
+    "sampled_logprobs",
 ]
 
 
@@ -75,6 +79,7 @@ class SampleBatch:
     completion_ids: torch.Tensor  # (S, T) sampled ids, right-padded with the pad id
     completion_mask: torch.Tensor  # (S, T) 1 on sampled tokens up to and including EOS
     completions: list[str]  # (S,) decoded completions (special tokens skipped)
+    logprobs: torch.Tensor | None = None  # (S, T) log pi of each sampled token when sampled (0 off the mask)
 
     def __len__(self) -> int:
         return len(self.completions)
@@ -91,6 +96,7 @@ class SampleBatch:
             self.completion_ids[index][:, :t1],
             completion_mask[:, :t1],
             [self.completions[i] for i in index.tolist()],
+            None if self.logprobs is None else self.logprobs[index][:, :t1],
         )
 
     @staticmethod
@@ -111,6 +117,7 @@ class SampleBatch:
             torch.cat([right(p.completion_ids, T, pad_id) for p in parts]),
             torch.cat([right(p.completion_mask, T, 0) for p in parts]),
             [c for p in parts for c in p.completions],
+            None if any(p.logprobs is None for p in parts) else torch.cat([right(p.logprobs, T, 0) for p in parts]),
         )
 
 
@@ -159,6 +166,17 @@ def completion_logprobs(model: PreTrainedModel, batch: SampleBatch) -> torch.Ten
     return (picked - logits.logsumexp(-1)) * batch.completion_mask.to(device)
 
 
+def sampled_logprobs(model: PreTrainedModel, batch: SampleBatch, rows: int = 16) -> torch.Tensor:
+    """`completion_logprobs` without gradients, `rows` sequences per forward (bounds the logits' memory), on CPU."""
+    out = torch.zeros(batch.completion_ids.shape, dtype=torch.float32)
+    with torch.no_grad():
+        for start in range(0, len(batch), rows):
+            idx = torch.arange(start, min(start + rows, len(batch)))
+            part = completion_logprobs(model, batch.select(idx)).cpu()
+            out[idx, : part.shape[1]] = part
+    return out
+
+
 class RolloutEngine:
     """Plays batches of episodes with a team of HF causal-LM agents.
 
@@ -178,6 +196,7 @@ class RolloutEngine:
         self.tokenizers = list(tokenizers)
         self.settings = settings
         self.concurrent = distinct_accelerators([m.device for m in self.agents])
+        self._lean_ok: dict[int, bool] = {}
 
     # ----- one batched generate ------------------------------------------------
 
@@ -200,10 +219,41 @@ class RolloutEngine:
         )
         ids, mask = enc["input_ids"].to(model.device), enc["attention_mask"].to(model.device)
         eos_ids = self._eos_ids(agent)
+        logprobs = None
+        if self._lean(agent):
+            completion, logprobs = sample_completions(
+                model, ids, mask, num_samples, cfg.max_new_tokens, eos_ids, tok.pad_token_id,
+                temperature=None if greedy else cfg.temperature, top_k=cfg.top_k, top_p=cfg.top_p)
+        else:
+            completion = self._hf_generate(agent, ids, mask, num_samples, greedy, eos_ids)
+        completion_mask = _completion_mask(completion, eos_ids, tok.pad_token_id, bool(cfg.stop_strings))
+        completion = completion.masked_fill(completion_mask == 0, tok.pad_token_id)
+        lengths = completion_mask.sum(1).tolist()
+        rows = completion.tolist()
+        texts_out = tok.batch_decode([row[:n] for row, n in zip(rows, lengths)], skip_special_tokens=True)
+        return SampleBatch(
+            ids.repeat_interleave(num_samples, 0).cpu(),
+            mask.repeat_interleave(num_samples, 0).cpu(),
+            completion.cpu(),
+            completion_mask.cpu(),
+            texts_out,
+            None if logprobs is None else (logprobs * completion_mask).cpu(),
+        )
+
+    def _lean(self, agent: int) -> bool:
+        """Plain sampling goes through `sample_completions`; user generate arguments and stop strings
+        go through `model.generate`."""
+        if agent not in self._lean_ok:
+            self._lean_ok[agent] = supports_lean_sampling(self.agents[agent])
+        return self._lean_ok[agent] and not self.settings.generation_kwargs and not self.settings.stop_strings
+
+    def _hf_generate(self, agent: int, ids: torch.Tensor, mask: torch.Tensor, num_samples: int, greedy: bool,
+                     eos_ids: list[int]) -> torch.Tensor:
+        model, tok, cfg = self.agents[agent], self.tokenizers[agent], self.settings
         if greedy:
             sampling = dict(do_sample=False, temperature=None, top_p=None, top_k=None)
-        else:
-            sampling = dict(do_sample=True, temperature=cfg.temperature, top_p=cfg.top_p, top_k=cfg.top_k)
+        else:  # top_k=0, not None: generate() would fill None with its default of 50
+            sampling = dict(do_sample=True, temperature=cfg.temperature, top_p=cfg.top_p, top_k=cfg.top_k or 0)
         kwargs = dict(
             max_new_tokens=cfg.max_new_tokens,
             num_return_sequences=num_samples,
@@ -216,19 +266,7 @@ class RolloutEngine:
             kwargs.update(stop_strings=cfg.stop_strings, tokenizer=tok)
         with torch.no_grad():
             out = model.generate(input_ids=ids, attention_mask=mask, **kwargs)
-        completion = out[:, ids.shape[1]:]
-        completion_mask = _completion_mask(completion, eos_ids, tok.pad_token_id, bool(cfg.stop_strings))
-        completion = completion.masked_fill(completion_mask == 0, tok.pad_token_id)
-        lengths = completion_mask.sum(1).tolist()
-        rows = completion.tolist()
-        texts_out = tok.batch_decode([row[:n] for row, n in zip(rows, lengths)], skip_special_tokens=True)
-        return SampleBatch(
-            ids.repeat_interleave(num_samples, 0).cpu(),
-            mask.repeat_interleave(num_samples, 0).cpu(),
-            completion.cpu(),
-            completion_mask.cpu(),
-            texts_out,
-        )
+        return out[:, ids.shape[1]:]
 
     def _eos_ids(self, agent: int) -> list[int]:
         ids = self.agents[agent].generation_config.eos_token_id

@@ -57,15 +57,34 @@ def test_mask_with_stop_strings_ends_at_the_last_sampled_token():
 @pytest.mark.parametrize("fixture", ["tiny_dir", "tiny_llama_dir", "tiny_gpt2_dir"])
 def test_logprobs_recomputed_in_the_update_equal_those_of_the_sampled_tokens(fixture, request):
     model, tok = load(request.getfixturevalue(fixture))
-    engine = RolloutEngine([model], [tok], GenerationSettings(max_new_tokens=12, temperature=1.0, top_p=1.0, top_k=None))
+    engine = RolloutEngine([model], [tok], GenerationSettings(max_new_tokens=12, temperature=0.8, top_p=0.9, top_k=40))
     prompts = ["def f(x):", "A much longer prompt that pads the short ones on the left", "x"]
     torch.manual_seed(0)
     batch = engine.generate(0, prompts, num_samples=2)
+    assert batch.logprobs is not None and batch.logprobs.shape == batch.completion_ids.shape
+    with torch.no_grad():
+        got = completion_logprobs(model, batch)
+    # The sampling loop's log-probs (one prefill per prompt, KV cache) are those of a full forward.
+    assert torch.allclose(got, batch.logprobs, atol=2e-4), (got - batch.logprobs).abs().max()
+    assert (batch.logprobs[batch.completion_mask == 0] == 0).all()
+    assert (batch.logprobs[batch.completion_mask == 1] < 0).all()
+
+
+@pytest.mark.parametrize("fixture", ["tiny_dir", "tiny_llama_dir", "tiny_gpt2_dir"])
+def test_the_generate_fallback_keeps_generates_exact_ids_and_logits(fixture, request):
+    model, tok = load(request.getfixturevalue(fixture))
+    # Any generate argument routes sampling through model.generate.
+    engine = RolloutEngine([model], [tok], GenerationSettings(max_new_tokens=12, temperature=1.0, top_p=1.0, top_k=None,
+                                                              generation_kwargs={"num_beams": 1}))
+    prompts = ["def f(x):", "A much longer prompt that pads the short ones on the left", "x"]
+    torch.manual_seed(0)
+    batch = engine.generate(0, prompts, num_samples=2)
+    assert batch.logprobs is None
     # Re-sample with the same seed, asking generate for its raw logits.
     torch.manual_seed(0)
     enc = tok(prompts, return_tensors="pt", padding=True, padding_side="left")
     out = model.generate(**enc, do_sample=True, max_new_tokens=12, num_return_sequences=2, temperature=1.0,
-                         top_p=1.0, top_k=None, pad_token_id=tok.pad_token_id, eos_token_id=engine._eos_ids(0),
+                         top_p=1.0, top_k=0, pad_token_id=tok.pad_token_id, eos_token_id=engine._eos_ids(0),
                          output_logits=True, return_dict_in_generate=True)
     T = batch.completion_ids.shape[1]
     assert torch.equal(out.sequences[:, enc["input_ids"].shape[1]:][:, :T].masked_fill(batch.completion_mask == 0, tok.pad_token_id),

@@ -1,0 +1,154 @@
+"""The lean sampling loop: K completions per prompt with one prompt prefill and sampled-token log-probs.
+
+`sample_completions` does what `model.generate(do_sample=True,
+num_return_sequences=K)` does for plain temperature / top-k / top-p sampling,
+with three differences that matter for RL:
+
+1. the prompt is run once per prompt, not once per sample: its KV cache is
+   copied K times (`repeat_interleave` on the batch axis) before decoding;
+2. each step draws its token by inverse-CDF sampling, one uniform number per
+   row, instead of `torch.multinomial`'s exponential race over the vocabulary
+   (which needs V random numbers per row and took ~24% of decoding time on CPU);
+3. it returns log pi(y_t | x, y_<t) of every sampled token under the raw
+   (untempered) policy, the "old" log-probs of a PPO-style ratio, so learners
+   need no extra forward pass over the rollout.
+
+Sampling distribution at each step, with logits z over the vocabulary:
+
+    p(v) = softmax(z / temperature)(v) restricted to the top-k logits and to the
+           smallest set of most likely tokens whose mass reaches top_p, renormalized
+
+(the same as transformers' Temperature/TopK/TopP warpers; top_k=None or 0
+disables top-k). Greedy decoding takes argmax z. A row stops after its first
+EOS id; later positions hold the pad id and log-prob 0.
+
+The rollout engine uses this loop when generation is plain sampling (no user
+`generation_kwargs`, no stop strings, no logits processors in the model's
+generation config) and falls back to `model.generate` otherwise.
+"""
+
+from __future__ import annotations
+
+import inspect
+
+import torch
+from transformers import GenerationConfig
+
+__all__ = ["filtered_probs", "sample_completions", "sample_tokens", "supports_lean_sampling"]
+
+# Generation-config fields that add a logits processor when they differ from the defaults.
+_PROCESSOR_FIELDS = (
+    "repetition_penalty", "encoder_repetition_penalty", "no_repeat_ngram_size", "encoder_no_repeat_ngram_size",
+    "bad_words_ids", "min_length", "min_new_tokens", "forced_bos_token_id", "forced_eos_token_id",
+    "suppress_tokens", "begin_suppress_tokens", "sequence_bias", "exponential_decay_length_penalty",
+    "typical_p", "epsilon_cutoff", "eta_cutoff", "min_p", "renormalize_logits", "guidance_scale",
+    "watermarking_config", "top_h",
+)
+
+
+def filtered_probs(logits: torch.Tensor, temperature: float, top_k: int | None, top_p: float) -> torch.Tensor:
+    """Sampling probabilities `(B, V)` of float `logits` after temperature, top-k and top-p (see module doc)."""
+    probs, index = _candidates(logits, temperature, top_k, top_p)
+    return probs if index is None else torch.zeros_like(logits).scatter_(-1, index, probs)
+
+
+def _candidates(logits: torch.Tensor, temperature: float, top_k: int | None,
+                top_p: float) -> tuple[torch.Tensor, torch.Tensor | None]:
+    """Probabilities over the candidate tokens and their vocabulary ids (None: all of them, in order).
+
+    With top-k the nucleus is found among the k best logits only, so no step sorts the vocabulary.
+    Exactly k tokens survive top-k even when several tie with the k-th logit.
+    """
+    z, index = logits / temperature, None
+    if top_k is not None and 0 < top_k < z.shape[-1]:
+        z, index = torch.topk(z, top_k, dim=-1)  # sorted, most likely first
+    if top_p < 1.0:
+        ascending, order = torch.sort(z, dim=-1)
+        drop = ascending.softmax(-1).cumsum(-1) <= 1 - top_p
+        drop[:, -1] = False  # always keep the most likely token
+        z = z.masked_fill(drop.scatter(-1, order, drop), float("-inf"))
+    return z.softmax(-1), index
+
+
+def sample_tokens(probs: torch.Tensor, generator: torch.Generator | None = None) -> torch.Tensor:
+    """One draw per row of `probs` `(B, V)` by inverse CDF: the first v with cumsum(p)_v > u * sum(p)."""
+    cdf = probs.double().cumsum(-1)
+    u = torch.rand(probs.shape[0], 1, generator=generator, device=probs.device, dtype=torch.float64)
+    index = torch.searchsorted(cdf, u * cdf[:, -1:], right=True)
+    return index.clamp_(max=probs.shape[-1] - 1).squeeze(-1)
+
+
+def _base_model(model: torch.nn.Module) -> torch.nn.Module:
+    """The transformers model under PEFT / adapter wrappers."""
+    model = getattr(model, "peft", model)
+    return model.get_base_model() if hasattr(model, "get_base_model") else model
+
+
+def _cache_argument(model: torch.nn.Module) -> str | None:
+    """Name of the forward's KV-cache argument (`cache` in transformers 5, `past_key_values` before)."""
+    params = inspect.signature(_base_model(model).forward).parameters
+    return next((name for name in ("cache", "past_key_values") if name in params), None)
+
+
+def supports_lean_sampling(model: torch.nn.Module) -> bool:
+    """True for decoder-only models with a KV-cache argument and no extra logits processors configured."""
+    base = _base_model(model)
+    if getattr(base.config, "is_encoder_decoder", False) or _cache_argument(model) is None:
+        return False
+    config, default = getattr(base, "generation_config", None), GenerationConfig()
+    return config is None or all(
+        getattr(config, f, None) in (None, getattr(default, f, None)) for f in _PROCESSOR_FIELDS)
+
+
+@torch.no_grad()
+def sample_completions(
+    model: torch.nn.Module,
+    input_ids: torch.Tensor,
+    attention_mask: torch.Tensor,
+    num_samples: int,
+    max_new_tokens: int,
+    eos_ids: list[int],
+    pad_id: int,
+    temperature: float | None = 1.0,
+    top_k: int | None = None,
+    top_p: float = 1.0,
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """Sample `num_samples` completions of each left-padded prompt (rows prompt-major: p * K + k).
+
+    `temperature=None` decodes greedily. Returns `(ids, logprobs)`, both `(B * K, T)` with
+    T <= max_new_tokens: sampled ids (pad after a row's EOS) and log pi of each sampled token
+    under the raw logits (0 after EOS).
+    """
+    cache_arg = _cache_argument(model)
+    positions = (attention_mask.cumsum(1) - 1).clamp(min=0)
+    out = model(input_ids=input_ids, attention_mask=attention_mask, position_ids=positions,
+                use_cache=True, logits_to_keep=1)
+    cache = getattr(out, cache_arg)
+    cache.batch_repeat_interleave(num_samples)  # the prompt's KV, once per sample
+    logits = out.logits[:, -1].repeat_interleave(num_samples, 0)
+    mask = attention_mask.repeat_interleave(num_samples, 0)
+    position = positions[:, -1:].repeat_interleave(num_samples, 0)
+    eos = torch.tensor(eos_ids, dtype=torch.long, device=input_ids.device)
+    done = torch.zeros(mask.shape[0], dtype=torch.bool, device=input_ids.device)
+    tokens, logprobs = [], []
+    for step in range(max_new_tokens):
+        logits = logits.float()
+        if temperature is None:
+            token = logits.argmax(-1)
+        else:
+            probs, index = _candidates(logits, temperature, top_k, top_p)
+            token = sample_tokens(probs)
+            token = token if index is None else index.gather(-1, token[:, None]).squeeze(-1)
+        token = token.masked_fill(done, pad_id)
+        picked = logits.gather(-1, token[:, None]).squeeze(-1) - logits.logsumexp(-1)
+        tokens.append(token)
+        logprobs.append(picked.masked_fill(done, 0.0))
+        done = done | torch.isin(token, eos)
+        if bool(done.all()) or step == max_new_tokens - 1:
+            break
+        mask = torch.cat([mask, mask.new_ones(mask.shape[0], 1)], 1)
+        position = position + 1
+        out = model(input_ids=token[:, None], attention_mask=mask, position_ids=position, use_cache=True,
+                    **{cache_arg: cache})
+        logits = out.logits[:, -1]
+    return torch.stack(tokens, 1), torch.stack(logprobs, 1)

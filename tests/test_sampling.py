@@ -1,0 +1,106 @@
+"""The lean sampling loop: the same distribution as transformers' warpers, exact greedy ids, correct stops."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+from transformers import AutoModelForCausalLM, AutoTokenizer
+from transformers.generation.logits_process import (
+    TemperatureLogitsWarper,
+    TopKLogitsWarper,
+    TopPLogitsWarper,
+)
+
+from learners.agents import prepare_tokenizer
+from learners.rollout import GenerationSettings, RolloutEngine
+from learners.sampling import filtered_probs, sample_completions, sample_tokens, supports_lean_sampling
+
+
+def load(path: str):
+    model = AutoModelForCausalLM.from_pretrained(path).eval()
+    tok = AutoTokenizer.from_pretrained(path)
+    prepare_tokenizer(tok)
+    return model, tok
+
+
+PROMPTS = ["def f(x):", "A much longer prompt that pads the short ones on the left", "x"]
+
+
+@pytest.mark.parametrize("temperature,top_k,top_p", [
+    (1.0, None, 1.0), (0.6, 50, 0.6), (1.3, 5, 1.0), (0.7, None, 0.9), (1.0, 3, 0.5), (2.0, 0, 0.99),
+])
+def test_filtered_probs_match_the_warpers_of_generate(temperature, top_k, top_p):
+    logits = torch.randn(6, 300, generator=torch.Generator().manual_seed(1)) * 3
+    logits[0, :2] = 10.0  # a tie at the top
+    expected = TemperatureLogitsWarper(temperature)(None, logits.clone())
+    if top_k:
+        expected = TopKLogitsWarper(top_k)(None, expected)
+    if top_p < 1.0:
+        expected = TopPLogitsWarper(top_p)(None, expected)
+    got = filtered_probs(logits, temperature, top_k, top_p)
+    assert torch.equal(got > 0, expected.softmax(-1) > 0)
+    assert torch.allclose(got, expected.softmax(-1), atol=1e-6)
+
+
+def test_top_k_none_keeps_the_whole_vocabulary():
+    probs = filtered_probs(torch.zeros(1, 500), 1.0, None, 1.0)
+    assert (probs > 0).all() and torch.allclose(probs, torch.full_like(probs, 1 / 500))
+
+
+def test_inverse_cdf_draws_follow_the_probabilities():
+    p = torch.tensor([0.5, 0.0, 0.2, 0.25, 0.05])
+    draws = sample_tokens(p.expand(200_000, -1), torch.Generator().manual_seed(0))
+    freq = torch.bincount(draws, minlength=5).float() / len(draws)
+    assert freq[1] == 0  # a zero-probability token is never drawn
+    assert torch.allclose(freq, p, atol=0.005), freq
+
+
+@pytest.mark.parametrize("fixture", ["tiny_dir", "tiny_llama_dir", "tiny_gpt2_dir"])
+def test_greedy_ids_equal_those_of_generate(fixture, request):
+    model, tok = load(request.getfixturevalue(fixture))
+    enc = tok(PROMPTS, return_tensors="pt", padding=True, padding_side="left")
+    ids, logprobs = sample_completions(model, enc["input_ids"], enc["attention_mask"], 1, 16, [tok.eos_token_id],
+                                       tok.pad_token_id, temperature=None)
+    with torch.no_grad():
+        out = model.generate(**enc, do_sample=False, max_new_tokens=16, pad_token_id=tok.pad_token_id,
+                             eos_token_id=[tok.eos_token_id])
+    expected = out[:, enc["input_ids"].shape[1]:]
+    assert torch.equal(ids, expected[:, : ids.shape[1]])
+    assert logprobs.shape == ids.shape and (logprobs <= 0).all()
+
+
+def test_a_row_stops_at_its_first_eos_and_is_padded_after(tiny_dir):
+    model, tok = load(tiny_dir)
+    enc = tok(PROMPTS, return_tensors="pt", padding=True, padding_side="left")
+    torch.manual_seed(0)
+    ids, _ = sample_completions(model, enc["input_ids"], enc["attention_mask"], 8, 20, [], tok.pad_token_id)
+    eos = int(ids[0, 3])  # treat a token sampled at step 3 of row 0 as EOS
+    torch.manual_seed(0)
+    ids, logprobs = sample_completions(model, enc["input_ids"], enc["attention_mask"], 8, 20, [eos], tok.pad_token_id)
+    for row, lp in zip(ids.tolist(), logprobs):
+        if eos in row:
+            end = row.index(eos)
+            assert all(t == tok.pad_token_id for t in row[end + 1:])
+            assert (lp[end + 1:] == 0).all() and lp[end] < 0
+    assert eos in ids[0].tolist()[:4]
+
+
+def test_prompt_is_prefilled_once_and_samples_of_a_prompt_differ(tiny_dir):
+    model, tok = load(tiny_dir)
+    enc = tok(PROMPTS, return_tensors="pt", padding=True, padding_side="left")
+    calls = []
+    hook = model.register_forward_pre_hook(lambda m, args, kw: calls.append(kw["input_ids"].shape), with_kwargs=True)
+    ids, _ = sample_completions(model, enc["input_ids"], enc["attention_mask"], 4, 6, [], tok.pad_token_id)
+    hook.remove()
+    assert calls[0] == enc["input_ids"].shape  # one prefill over the 3 prompts, not 12 rows
+    assert all(shape == (12, 1) for shape in calls[1:]) and len(calls) == 6
+    assert len({tuple(r) for r in ids[:4].tolist()}) > 1
+
+
+def test_logits_processors_in_the_generation_config_use_generate(tiny_dir):
+    model, tok = load(tiny_dir)
+    assert supports_lean_sampling(model)
+    model.generation_config.repetition_penalty = 1.3
+    assert not supports_lean_sampling(model)
+    engine = RolloutEngine([model], [tok], GenerationSettings(max_new_tokens=4, temperature=1.0, top_p=1.0, top_k=None))
+    assert engine.generate(0, PROMPTS, 2).logprobs is None  # sampled by generate, which applies the penalty
