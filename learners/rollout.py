@@ -58,7 +58,8 @@ __all__ = [
 
 @dataclasses.dataclass
 class GenerationSettings:
-    """How agents sample. `generation_kwargs` go to `model.generate` unchanged."""
+    """How agents sample: temperature, top-p and top-k (None disables it) in our sampling loop; with
+    `generation_kwargs` or `stop_strings`, `model.generate` samples and gets `generation_kwargs` unchanged."""
 
     max_new_tokens: int = 256
     temperature: float = 0.6
