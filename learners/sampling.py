@@ -72,8 +72,9 @@ def _candidates(logits: torch.Tensor, temperature: float, top_k: int | None,
 
 def sample_tokens(probs: torch.Tensor, generator: torch.Generator | None = None) -> torch.Tensor:
     """One draw per row of `probs` `(B, V)` by inverse CDF: the first v with cumsum(p)_v > u * sum(p)."""
-    cdf = probs.double().cumsum(-1)
-    u = torch.rand(probs.shape[0], 1, generator=generator, device=probs.device, dtype=torch.float64)
+    dtype = torch.float64 if probs.device.type in ("cpu", "cuda") else torch.float32  # MPS has no float64
+    cdf = probs.to(dtype).cumsum(-1)
+    u = torch.rand(probs.shape[0], 1, generator=generator, device=probs.device, dtype=dtype)
     index = torch.searchsorted(cdf, u * cdf[:, -1:], right=True)
     return index.clamp_(max=probs.shape[-1] - 1).squeeze(-1)
 
@@ -91,9 +92,12 @@ def _cache_argument(model: torch.nn.Module) -> str | None:
 
 
 def supports_lean_sampling(model: torch.nn.Module) -> bool:
-    """True for decoder-only models with a KV-cache argument and no extra logits processors configured."""
+    """True for decoder-only models whose forward takes a KV cache and `logits_to_keep`, with no extra
+    logits processors in their generation config."""
     base = _base_model(model)
     if getattr(base.config, "is_encoder_decoder", False) or _cache_argument(model) is None:
+        return False
+    if "logits_to_keep" not in inspect.signature(base.forward).parameters:
         return False
     config, default = getattr(base, "generation_config", None), GenerationConfig()
     return config is None or all(

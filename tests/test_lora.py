@@ -81,3 +81,21 @@ def test_checkpoint_holds_only_adapters_and_resumes_exactly(tiny_dir, tmp_path):
         assert all(torch.equal(p, q) for p, q in zip(a.parameters(), b.parameters()))
     size = sum(f.stat().st_size for f in (tmp_path / "ckpt" / "checkpoint-1" / "models").iterdir())
     assert size < 200_000  # adapters only, not three copies of the 0.8 MB base
+
+
+def test_each_agent_samples_with_its_own_adapter(tiny_dir):
+    from learners.rollout import completion_logprobs
+
+    learner = build(tiny_dir)
+    with torch.no_grad():  # LoRA B starts at zero: give each adapter its own weights
+        for i, agent in enumerate(learner.agents):
+            for p in agent.parameters():
+                p.add_(torch.randn(p.shape, generator=torch.Generator().manual_seed(i)) * 0.5)
+    torch.manual_seed(0)
+    batch = learner.engine.generate(1, ["Question 0:", "Question 1:"], 3)
+    assert batch.logprobs is not None  # our sampling loop, not the generate fallback
+    with torch.no_grad():
+        own = completion_logprobs(learner.agents[1], batch)
+        other = completion_logprobs(learner.agents[0], batch)
+    assert torch.allclose(batch.logprobs, own, atol=1e-4)
+    assert not torch.allclose(batch.logprobs, other, atol=1e-2)
