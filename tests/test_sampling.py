@@ -104,3 +104,15 @@ def test_logits_processors_in_the_generation_config_use_generate(tiny_dir):
     assert not supports_lean_sampling(model)
     engine = RolloutEngine([model], [tok], GenerationSettings(max_new_tokens=4, temperature=1.0, top_p=1.0, top_k=None))
     assert engine.generate(0, PROMPTS, 2).logprobs is None  # sampled by generate, which applies the penalty
+
+
+@pytest.mark.parametrize("top_k,top_p", [(1, 1.0), (None, 1e-6), (5, 1e-6)])
+def test_the_loop_applies_top_k_and_top_p_to_its_draws(tiny_dir, top_k, top_p):
+    model, tok = load(tiny_dir)
+    enc = tok(PROMPTS, return_tensors="pt", padding=True, padding_side="left")
+    greedy, _ = sample_completions(model, enc["input_ids"], enc["attention_mask"], 1, 10, [], tok.pad_token_id,
+                                   temperature=None)
+    torch.manual_seed(0)
+    ids, _ = sample_completions(model, enc["input_ids"], enc["attention_mask"], 3, 10, [], tok.pad_token_id,
+                                temperature=1.5, top_k=top_k, top_p=top_p)
+    assert torch.equal(ids, greedy.repeat_interleave(3, 0))  # one candidate left: the argmax
