@@ -21,7 +21,6 @@ from __future__ import annotations
 import argparse
 import os
 import sys
-import time
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 if HERE not in sys.path:
@@ -107,35 +106,21 @@ def run_one(model_dir: str, learner_name: str = "magrpo", wait_quiet: float = 0.
 
     policy.engine.generate = counted_generate
 
-    quiet = workload.wait_for_quiet_cpu(timeout_s=wait_quiet) if wait_quiet > 0 else None
-    load_before = os.getloadavg()[0]
-    snap0 = workload.cpu_snapshot()
-    t0 = time.perf_counter()
-    learner.learn()
-    seconds = time.perf_counter() - t0
-    snap1 = workload.cpu_snapshot()
-    foreign = workload.foreign_cpu_seconds(snap0, snap1)
-
-    def collapse(xs):
-        return xs[0] if len(set(xs)) == 1 else list(xs)
+    timing = workload.timed(learner.learn, wait_quiet)
 
     return workload.emit_result(
         side="ours",
         learner=learner_name,
         model=os.path.basename(os.path.normpath(model_dir)),
-        seconds=seconds,
-        optimizer_steps_per_agent=collapse(steps),
-        completions_per_agent=collapse(completions),
+        optimizer_steps_per_agent=workload.collapse(steps),
+        completions_per_agent=workload.collapse(completions),
         model_dir=os.path.abspath(model_dir),
         params=sum(p.numel() for p in policy.agents[0].parameters()),
         library="comlrl-env",
         torch=torch.__version__,
         transformers=transformers.__version__,
         threads=torch.get_num_threads(),
-        loadavg_1m=[round(load_before, 2), round(os.getloadavg()[0], 2)],
-        foreign_cpu_s=None if foreign is None else round(foreign, 2),
-        own_cpu_s=round(snap1[1] - snap0[1], 2),
-        quiet_start=quiet,
+        **timing,
     )
 
 

@@ -51,7 +51,6 @@ import os
 import random
 import subprocess
 import sys
-import time
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 if HERE not in sys.path:
@@ -296,22 +295,9 @@ def run_one(model_dir: str, learner: str = "magrpo", verbose: bool = False, wait
 
         trainer._compute_reward_model_rewards = counted_rm_rewards
 
-    quiet = None
-    if wait_quiet > 0:
-        quiet = workload.wait_for_quiet_cpu(
-            timeout_s=wait_quiet, log=lambda m: print(f"[reference {learner}] {m}", file=sys.stderr)
-        )
-    load_before = os.getloadavg()[0]
-    snap0 = workload.cpu_snapshot()
-    t0 = time.perf_counter()
-    trainer.train()
-    seconds = time.perf_counter() - t0
-    snap1 = workload.cpu_snapshot()
-    load_after = os.getloadavg()[0]
-    foreign = workload.foreign_cpu_seconds(snap0, snap1)
-
-    def collapse(xs):
-        return xs[0] if len(set(xs)) == 1 else list(xs)
+    timing = workload.timed(trainer.train, wait_quiet,
+                            log=lambda m: print(f"[reference {learner}] {m}", file=sys.stderr))
+    collapse = workload.collapse
 
     if is_ac:
         extra["critic_optimizer_steps"] = collapse(critic_steps)
@@ -328,7 +314,6 @@ def run_one(model_dir: str, learner: str = "magrpo", verbose: bool = False, wait
         side="reference",
         learner=learner,
         model=os.path.basename(os.path.normpath(model_dir)),
-        seconds=seconds,
         optimizer_steps_per_agent=collapse(steps),
         completions_per_agent=collapse(completions),
         model_dir=os.path.abspath(model_dir),
@@ -340,13 +325,7 @@ def run_one(model_dir: str, learner: str = "magrpo", verbose: bool = False, wait
         torch=torch.__version__,
         transformers=transformers.__version__,
         threads=torch.get_num_threads(),
-        # Other processes on the machine distort timings: keep the 1-min load
-        # average (before/after train) alongside the result.
-        loadavg_1m=[round(load_before, 2), round(load_after, 2)],
-        # CPU seconds other processes used during train(); near 0 = clean timing.
-        foreign_cpu_s=None if foreign is None else round(foreign, 2),
-        own_cpu_s=round(snap1[1] - snap0[1], 2),
-        quiet_start=quiet,
+        **timing,  # seconds, load average, other processes' CPU time: how clean the timing was
     )
 
 

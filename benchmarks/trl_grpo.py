@@ -27,7 +27,6 @@ import functools
 import os
 import sys
 import tempfile
-import time
 import warnings
 
 HERE = os.path.dirname(os.path.abspath(__file__))
@@ -142,20 +141,12 @@ def run_one(model_dir: str, wait_quiet: float = 0.0) -> dict:
         callbacks=[counter],
     )
 
-    quiet = workload.wait_for_quiet_cpu(timeout_s=wait_quiet) if wait_quiet > 0 else None
-    load_before = os.getloadavg()[0]
-    snap0 = workload.cpu_snapshot()
-    t0 = time.perf_counter()
-    trainer.train()
-    seconds = time.perf_counter() - t0
-    snap1 = workload.cpu_snapshot()
-    foreign = workload.foreign_cpu_seconds(snap0, snap1)
+    timing = workload.timed(trainer.train, wait_quiet)
 
     return workload.emit_result(
         side="trl",
         learner="GRPOTrainer",
         model=os.path.basename(os.path.normpath(model_dir)),
-        seconds=seconds,
         optimizer_steps_per_agent=opt_steps[0],
         completions_per_agent=n_completions[0],
         num_agents=1,
@@ -168,10 +159,7 @@ def run_one(model_dir: str, wait_quiet: float = 0.0) -> dict:
         torch=torch.__version__,
         transformers=transformers.__version__,
         threads=torch.get_num_threads(),
-        loadavg_1m=[round(load_before, 2), round(os.getloadavg()[0], 2)],
-        foreign_cpu_s=None if foreign is None else round(foreign, 2),
-        own_cpu_s=round(snap1[1] - snap0[1], 2),
-        quiet_start=quiet,
+        **timing,
     )
 
 

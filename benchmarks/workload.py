@@ -40,6 +40,8 @@ __all__ = [
     "cpu_snapshot",
     "foreign_cpu_seconds",
     "wait_for_quiet_cpu",
+    "timed",
+    "collapse",
     "result_record",
     "emit_result",
 ]
@@ -206,6 +208,34 @@ def wait_for_quiet_cpu(
             log(f"waiting for a quiet CPU (others use {cores:.2f} cores)")
             last_report = time.monotonic()
     return False
+
+
+def timed(train, wait_quiet: float = 0.0, log=None) -> Dict[str, Any]:
+    """Run `train()` (after waiting up to `wait_quiet` s for an idle CPU) and describe how clean the timing was.
+
+    Returns the `emit_result` fields: seconds; the 1-min load average before/after; the CPU seconds other
+    processes used meanwhile (near 0 = clean timing); this process's CPU seconds; whether the start was quiet.
+    """
+    quiet = wait_for_quiet_cpu(timeout_s=wait_quiet, log=log) if wait_quiet > 0 else None
+    load_before = os.getloadavg()[0]
+    snap0 = cpu_snapshot()
+    t0 = time.perf_counter()
+    train()
+    seconds = time.perf_counter() - t0
+    snap1 = cpu_snapshot()
+    foreign = foreign_cpu_seconds(snap0, snap1)
+    return {
+        "seconds": seconds,
+        "loadavg_1m": [round(load_before, 2), round(os.getloadavg()[0], 2)],
+        "foreign_cpu_s": None if foreign is None else round(foreign, 2),
+        "own_cpu_s": round(snap1[1] - snap0[1], 2),
+        "quiet_start": quiet,
+    }
+
+
+def collapse(xs: Sequence[Any]) -> Any:
+    """One value when every agent's count is the same, else the list."""
+    return xs[0] if len(set(xs)) == 1 else list(xs)
 
 
 def result_record(

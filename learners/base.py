@@ -36,12 +36,12 @@ from learners.logger import RunLogger
 from learners.rollout import GenerationSettings, Rollout, RolloutEngine, sampled_logprobs
 from rewards.models import RewardModel, joint_text
 
-__all__ = ["Learner", "LearnerConfig", "LossTerms", "accumulate_gradients", "clip_grad",
+__all__ = ["Learner", "LearnerConfig", "accumulate_gradients", "clip_grad",
            "enable_gradient_checkpointing", "save_pretrained_with_head", "seed_everything"]
 
 LIBRARY_VERSION = comlrl_env.__version__
 
-LossTerms = torch.Tensor | tuple[torch.Tensor, ...]
+_LossTerms = torch.Tensor | tuple[torch.Tensor, ...]
 """What a micro-batch loss function returns: the loss to backward, or a tuple of it and terms only logged."""
 
 
@@ -502,7 +502,7 @@ class Learner(abc.ABC):
         return samples.logprobs if samples.logprobs is not None else sampled_logprobs(self.agents[a], samples)
 
     def _accumulated_step(self, model: torch.nn.Module, optimizer: torch.optim.Optimizer, idx: torch.Tensor,
-                          loss_fn: Callable[[torch.Tensor], LossTerms]) -> tuple[float, ...]:
+                          loss_fn: Callable[[torch.Tensor], _LossTerms]) -> tuple[float, ...]:
         """One optimizer step on the minibatch `idx`, backwarded in `gradient_accumulation_steps` micro-batches.
 
         `loss_fn(micro_idx)` is as in `accumulate_gradients`. Returns the grad norm, then the minibatch mean
@@ -659,7 +659,7 @@ def _resolve_devices(spec: Any, count: int, local_rank: int = 0) -> list[torch.d
     return [torch.device(s) for s in (spec * count if len(spec) == 1 else spec)]
 
 
-def accumulate_gradients(idx: torch.Tensor, loss_fn: Callable[[torch.Tensor], LossTerms],
+def accumulate_gradients(idx: torch.Tensor, loss_fn: Callable[[torch.Tensor], _LossTerms],
                          micro_batches: int) -> tuple[float, ...]:
     """Backward the mean loss over the samples `idx` in up to `micro_batches` parts; return the mean of each term.
 

@@ -197,7 +197,6 @@ class RolloutEngine:
         self.tokenizers = list(tokenizers)
         self.settings = settings
         self.concurrent = distinct_accelerators([m.device for m in self.agents])
-        self._lean_ok: dict[int, bool] = {}
 
     # ----- one batched generate ------------------------------------------------
 
@@ -244,9 +243,8 @@ class RolloutEngine:
     def _lean(self, agent: int) -> bool:
         """Plain sampling goes through `sample_completions`; user generate arguments and stop strings
         go through `model.generate`."""
-        if agent not in self._lean_ok:
-            self._lean_ok[agent] = supports_lean_sampling(self.agents[agent])
-        return self._lean_ok[agent] and not self.settings.generation_kwargs and not self.settings.stop_strings
+        settings = self.settings
+        return not settings.generation_kwargs and not settings.stop_strings and supports_lean_sampling(self.agents[agent])
 
     def _hf_generate(self, agent: int, ids: torch.Tensor, mask: torch.Tensor, num_samples: int, greedy: bool,
                      eos_ids: list[int]) -> torch.Tensor:
