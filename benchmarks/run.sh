@@ -21,6 +21,7 @@ $PY benchmarks/compare.py --against trl --model $W/tiny --model $W/qwen31m --rep
 echo "## our step over the bare floor (one batched generate + one batched forward/backward)"
 $PY benchmarks/floor.py --model $W/tiny
 $PY benchmarks/floor.py --model $W/qwen31m --repeats 2
+$PY -m pytest -q -m timing tests/test_bench_smoke.py   # the regression guard, on this quiet machine
 echo "## LoRA: 4 agents sharing one base vs one fully fine-tuned agent (peak memory)"
 $PY benchmarks/lora_memory.py --model $W/qwen31m --agents 4
 if [ "${SKIP_135M:-0}" != 1 ]; then

@@ -5,7 +5,9 @@ Layout of `checkpoint_dir/checkpoint-{sequence}/` (`sequence` counts this run's 
     state.json                  metadata (read without loading weights): format version, learner class,
                                 library version, run id, sequence, progress counters, agent count,
                                 config, tokenizer fingerprints, data order fingerprint, parameter
-                                names/shapes/dtypes, stateful callbacks, wandb identity, file sizes
+                                names/shapes/dtypes, stateful callbacks, wandb identity, file sizes,
+                                and the numerics settings (`numerics`: thread count, device types,
+                                dtypes, autocast, deterministic algorithms, library versions)
     models/{name}.safetensors   weights of every trained module (`agent_0`, ...; critics, heads and
                                 frozen reference copies when the learner has them)
     optim.pt                    optimizer and LR-scheduler state_dicts   (torch.load(weights_only=True))
@@ -31,7 +33,11 @@ the learner, so an incompatible or corrupt checkpoint raises
 
 The data order is a pure function of the seed and the epoch, and minibatch
 shuffles of the rollout counter, so restoring the counters and the RNG states
-makes a resumed run continue bit for bit (on the same device and software).
+makes a resumed run continue bit for bit under the settings it was saved with:
+float reductions depend on the torch thread count, the device types, dtypes
+and autocast, the deterministic-algorithms flag and the torch, transformers
+and peft versions. Each checkpoint records them (`numerics`); resuming under
+other values continues, with one `InexactResumeWarning` naming each difference.
 Config fields in `PORTABLE_FIELDS` may change on resume: raising
 `num_train_epochs` continues the run (the LR schedule follows the new length,
 so decaying schedules differ from a run that had the longer length from the
@@ -51,6 +57,7 @@ from __future__ import annotations
 import ctypes
 import dataclasses
 import hashlib
+import importlib.metadata
 import io
 import json
 import math
@@ -72,6 +79,7 @@ if TYPE_CHECKING:
 
 __all__ = [
     "CheckpointError",
+    "InexactResumeWarning",
     "CheckpointManager",
     "FORMAT_VERSION",
     "PORTABLE_FIELDS",
@@ -88,7 +96,7 @@ CHECKPOINT_PREFIX = "checkpoint-"
 PORTABLE_FIELDS = frozenset({
     "num_train_epochs", "num_iterations", "agent_devices", "critic_devices", "reference_devices",
     "reward_model_device", "parallel_training", "logging_steps", "verbose", "output_dir", "eval_interval",
-    "eval_num_samples", "eval_batch_size", "eval_greedy", "gradient_accumulation_steps",
+    "eval_num_samples", "eval_batch_size", "eval_greedy", "gradient_accumulation_steps", "mixed_precision",
 })
 _PROGRESS_KEYS = ("epoch", "batch_in_epoch", "rollouts_done", "env_steps")
 _DATA_FILES = ("optim.pt", "rng.pt", "callbacks.pt")
@@ -96,6 +104,10 @@ _DATA_FILES = ("optim.pt", "rng.pt", "callbacks.pt")
 
 class CheckpointError(ValueError):
     """A checkpoint that cannot be used: corrupt, foreign or incompatible with this learner."""
+
+
+class InexactResumeWarning(UserWarning):
+    """A resume under other numerics settings than the save: it continues, but not bit for bit."""
 
 
 # ----- public functions ---------------------------------------------------------------
@@ -108,8 +120,12 @@ def read_checkpoint_metadata(path: str | os.PathLike) -> dict[str, Any]:
     `wandb` (`{"id", "project", "entity", "name"}` with the known keys, or None),
     `learner` (class name), `learner_class` (module.qualname), `sequence`,
     `run_id`, `progress` (`epoch`, `batch_in_epoch`, `rollouts_done`,
-    `env_steps`), `num_agents`, `library_version`, `format_version` and
-    `saved_at` (Unix time). Raises `CheckpointError` for a missing or corrupt one.
+    `env_steps`), `num_agents`, `library_version`, `format_version`,
+    `saved_at` (Unix time) and `numerics` (the settings exact resume depends on:
+    `torch_num_threads`, `device_types`, `dtypes`, `mixed_precision`,
+    `deterministic_algorithms`, `torch_version`, `transformers_version`,
+    `peft_version`; None in checkpoints written before they were recorded).
+    Raises `CheckpointError` for a missing or corrupt one.
 
     The W&B recipe of the seed system works as written:
 
@@ -119,7 +135,8 @@ def read_checkpoint_metadata(path: str | os.PathLike) -> dict[str, Any]:
     """
     state = _read_state(_expand(path))
     meta = {k: state.get(k) for k in ("wandb", "learner", "learner_class", "sequence", "run_id", "progress",
-                                      "num_agents", "library_version", "format_version", "saved_at")}
+                                      "num_agents", "library_version", "format_version", "saved_at",
+                                      "numerics")}
     meta["wandb"] = dict(meta["wandb"]) if meta["wandb"] else None
     meta["progress"] = dict(meta["progress"])
     return meta
@@ -213,6 +230,7 @@ def load_checkpoint(learner: "Learner", path: str | os.PathLike) -> dict[str, An
     progress = dict(state["progress"])
     for key in _PROGRESS_KEYS:
         setattr(learner, key, progress[key])
+    _warn_if_inexact(path, state.get("numerics"), _numerics(learner))
     learner.run_id = state["run_id"]
     learner.checkpoint_sequence = state["sequence"]
     learner.wandb_identity = dict(state["wandb"]) if state["wandb"] else None
@@ -421,6 +439,7 @@ def _write(learner: "Learner", out: str) -> None:
         "learner_class": _qualname(type(learner)),
         "library_version": getattr(learner, "library_version", None),
         "torch_version": torch.__version__,
+        "numerics": _numerics(learner),
         "saved_at": time.time(),
         "run_id": learner.run_id,
         "sequence": int(getattr(learner, "checkpoint_sequence", 0) or 0),
@@ -662,6 +681,45 @@ def _load_pt(path: str, name: str) -> Any:
 
 
 # ----- fingerprints and helpers ------------------------------------------------------------
+
+
+def _numerics(learner: "Learner") -> dict[str, Any]:
+    """The settings a run's float results depend on; a resume is bit-identical only when they all match.
+
+    `torch_num_threads` (the CPU reduction order), `device_types` and `dtypes` of the trained modules,
+    `mixed_precision` (autocast), `deterministic_algorithms`, and the torch, transformers and peft versions.
+    """
+    params = [p for m in checkpoint_modules(learner).values() for p in m.parameters()]
+    return {
+        "torch_num_threads": torch.get_num_threads(),
+        "device_types": sorted({p.device.type for p in params}),
+        "dtypes": sorted({str(p.dtype) for p in params}),
+        "mixed_precision": learner.args.mixed_precision,
+        "deterministic_algorithms": torch.are_deterministic_algorithms_enabled(),
+        "torch_version": torch.__version__,
+        "transformers_version": _version("transformers"),
+        "peft_version": _version("peft"),
+    }
+
+
+def _warn_if_inexact(path: str, saved: dict[str, Any] | None, now: dict[str, Any]) -> None:
+    """One warning naming every numerics setting that differs from the save (none for older checkpoints)."""
+    if not isinstance(saved, dict):
+        return
+    changed = [k for k in now if k in saved and saved[k] != now[k]]
+    if changed:
+        detail = "; ".join(f"{k}: saved {saved[k]!r}, now {now[k]!r}" for k in changed)
+        warnings.warn(
+            f"resuming {path!r} under other numerics settings ({detail}). Training continues, but the "
+            "continuation is bit-identical to the uninterrupted run only under the recorded settings.",
+            InexactResumeWarning, stacklevel=4)
+
+
+def _version(package: str) -> str | None:
+    try:
+        return importlib.metadata.version(package)
+    except importlib.metadata.PackageNotFoundError:
+        return None
 
 
 def _config(learner: "Learner") -> dict[str, Any]:

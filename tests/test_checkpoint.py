@@ -7,6 +7,7 @@ whole file runs in well under a minute on a CPU; most of the time is the two chi
 
 from __future__ import annotations
 
+import importlib.metadata
 import json
 import os
 import pickle
@@ -14,18 +15,21 @@ import shutil
 import signal
 import subprocess
 import sys
+import warnings
 
 import pytest
 import torch
+import transformers
 from datasets import Dataset
 from safetensors.torch import load_file
 from transformers import AutoTokenizer
 
 import learners
 import learners.checkpoint as ckpt_mod
-from learners import CheckpointError, read_checkpoint_metadata
+from learners import CheckpointError, InexactResumeWarning, read_checkpoint_metadata
 from learners.checkpoint import CheckpointManager
 from learners.reinforce import MAGRPO, MAGRPOConfig
+from procs import child_env
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 FAST = dict(num_generations=2, max_new_tokens=4, temperature=1.0, top_p=1.0, top_k=None, eval_interval=0,
@@ -69,9 +73,9 @@ def make(model_dir, epochs=2, n=4, cls=MAGRPO, callbacks=None, num_agents=2, wan
 
 
 def run_child(script: str, *args: str, cwd: str) -> subprocess.Popen:
-    """`python -c script args` in a fresh interpreter that can import this module; stderr goes to cwd/stderr.txt."""
-    env = {**os.environ, "PYTHONPATH": HERE + os.pathsep + os.environ.get("PYTHONPATH", ""),
-           "TRANSFORMERS_VERBOSITY": "error", "HF_HUB_OFFLINE": "1", "TQDM_DISABLE": "1"}
+    """`python -c script args` in a fresh interpreter that can import this module, with this process's
+    thread count (float reductions depend on it); stderr goes to cwd/stderr.txt."""
+    env = child_env(PYTHONPATH=HERE + os.pathsep + os.environ.get("PYTHONPATH", ""))
     with open(os.path.join(cwd, "stderr.txt"), "w") as err:
         return subprocess.Popen([sys.executable, "-c", script, *args], env=env, cwd=cwd, stdin=subprocess.PIPE,
                                 stdout=subprocess.PIPE, stderr=err, text=True)
@@ -313,6 +317,40 @@ def test_portable_fields_may_change(tiny_dir, trained_ckpt, tmp_path):
                    output_dir=str(tmp_path / "out"), eval_num_samples=1)
     assert learner.load_checkpoint(trained_ckpt)["epoch"] == 1
     assert learner.callbacks[0].steps == 1
+
+
+def test_checkpoints_record_their_numerics_and_a_resume_under_others_warns_and_continues(tiny_dir, trained_ckpt,
+                                                                                       tmp_path, monkeypatch):
+    numerics = read_checkpoint_metadata(trained_ckpt)["numerics"]
+    assert numerics == {
+        "torch_num_threads": torch.get_num_threads(), "device_types": ["cpu"], "dtypes": ["torch.float32"],
+        "mixed_precision": None, "deterministic_algorithms": False, "torch_version": torch.__version__,
+        "transformers_version": transformers.__version__, "peft_version": importlib.metadata.version("peft"),
+    }
+    with warnings.catch_warnings():  # the same settings: no warning
+        warnings.simplefilter("error", InexactResumeWarning)
+        make(tiny_dir, epochs=2, n=2, callbacks=[Counter()]).learn(resume_from_checkpoint=trained_ckpt)
+
+    path = str(tmp_path / "ck")
+    shutil.copytree(trained_ckpt, path)
+    _edit_state(numerics={**numerics, "torch_num_threads": numerics["torch_num_threads"] + 1,
+                          "transformers_version": "0.0.1"})(path)
+    learner = make(tiny_dir, epochs=2, n=2, callbacks=[Counter()], mixed_precision="bf16")  # autocast differs too
+    with pytest.warns(InexactResumeWarning) as caught:
+        learner.learn(resume_from_checkpoint=path)
+    assert len(caught) == 1
+    message = str(caught[0].message)
+    for name in ("torch_num_threads", "transformers_version", "mixed_precision"):
+        assert name in message
+    assert "dtypes" not in message and "peft_version" not in message
+    assert "bit-identical to the uninterrupted run only under the recorded settings" in message
+    assert learner.epoch == 2  # it continued to the end
+
+    del numerics  # a checkpoint written before numerics were recorded resumes without a warning
+    _edit_state(numerics=None)(path)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", InexactResumeWarning)
+        make(tiny_dir, epochs=2, n=2, callbacks=[Counter()]).learn(resume_from_checkpoint=path)
 
 
 # ----- ownership, retention, intervals, arguments ---------------------------------------------------------
@@ -576,6 +614,9 @@ def test_resume_in_a_fresh_process_is_bit_identical(runs, name):
     root = runs["root"]
     run, ck, at = RESUMES[name]
     assert {k: read_checkpoint_metadata(root / run / ck)["progress"][k] for k in at} == at
+    # Its precondition: the child ran under the numerics settings of this process (same thread count).
+    assert read_checkpoint_metadata(root / name)["numerics"] == read_checkpoint_metadata(root / run / ck)["numerics"]
+    assert read_checkpoint_metadata(root / name)["numerics"]["torch_num_threads"] == torch.get_num_threads()
     resumed, reference = saved_state(root / name), saved_state(root / "A" / "checkpoint-4")
     assert_same(resumed, reference)
     assert torch.load(root / name / "callbacks.pt", weights_only=True)["states"] == [
@@ -631,8 +672,7 @@ def test_torchrun_two_ranks_resume_exactly(tiny_dir, tmp_path):
     """Under torchrun (2 CPU ranks, gloo) rank 0 writes each checkpoint with every rank's RNG states, all
     ranks share one run id, and resuming (mid-epoch or at an epoch) restores each rank's own streams."""
     torchrun = os.path.join(os.path.dirname(sys.executable), "torchrun")
-    env = {**os.environ, "PYTHONPATH": HERE + os.pathsep + os.environ.get("PYTHONPATH", ""),
-           "TRANSFORMERS_VERBOSITY": "error", "TQDM_DISABLE": "1", "OMP_NUM_THREADS": "1"}
+    env = child_env(PYTHONPATH=HERE + os.pathsep + os.environ.get("PYTHONPATH", ""))
     out = {}
     for phase in ("full", "resume"):
         done = subprocess.run([torchrun, "--nproc_per_node", "2", "--no-python", sys.executable, "-c", DDP_SCRIPT,

@@ -10,12 +10,13 @@ import sys
 from pathlib import Path
 
 import pytest
+from procs import child_env
 
 EXAMPLE = Path(__file__).resolve().parent.parent / "examples" / "distributed.py"
 
 
 def torchrun(out: Path, *args: str, nproc: int = 2) -> list[dict]:
-    env = {**os.environ, "OMP_NUM_THREADS": "1"}
+    env = child_env()  # every run compared here has this process's thread count
     cmd = [sys.executable, "-m", "torch.distributed.run", "--standalone", f"--nproc_per_node={nproc}", str(EXAMPLE),
            "--out", str(out), *args]
     done = subprocess.run(cmd, capture_output=True, text=True, env=env, timeout=300)

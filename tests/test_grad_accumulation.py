@@ -106,15 +106,25 @@ def test_one_step_in_micro_batches_equals_the_unsplit_step(tiny_dir, build, step
     split_metrics = split.learn()
 
     assert split_metrics["train/reward_mean"] == whole_metrics["train/reward_mean"]
-    expected = _parameters(whole)
-    assert any(not torch.equal(initial[k], expected[k]) for k in initial)  # the step did change the weights
-    for k, value in _parameters(split).items():
-        assert torch.allclose(value, expected[k], atol=1e-6), k
-    # The accumulated gradient's norm (before clipping) and the logged losses are those of the minibatch mean.
-    keys = [k for k in whole_metrics if k.endswith("/grad_norm") or k.endswith("/loss")]
-    assert keys
-    for k in keys:
-        assert split_metrics[k] == pytest.approx(whole_metrics[k], rel=1e-5, abs=1e-7), k
+    assert_same_updates(initial, _parameters(whole), _parameters(split))
+    # The accumulated gradient's norm (before clipping) is that of the minibatch mean. Losses are compared
+    # only where they are not a cancellation: at ratio 1 a policy-gradient loss is a sum of zero-mean terms,
+    # so its value (~1e-7) is rounding noise whatever the split.
+    norms = [k for k in whole_metrics if k.endswith("/grad_norm")]
+    losses = [k for k in whole_metrics if k.endswith("/loss") and abs(whole_metrics[k]) > 1e-3]
+    assert norms
+    for k in norms + losses:
+        assert split_metrics[k] == pytest.approx(whole_metrics[k], rel=1e-4), k
+
+
+def assert_same_updates(initial, expected, got):
+    """Each tensor's update matches, relative to the update's own size (not an absolute tolerance)."""
+    moved = [k for k in initial if not torch.equal(initial[k], expected[k])]
+    assert moved  # the step did change the weights
+    for k in initial:
+        want, have = expected[k] - initial[k], got[k] - initial[k]
+        error, size = torch.linalg.vector_norm(have - want), torch.linalg.vector_norm(want)
+        assert error <= 1e-3 * size + 1e-12, (k, float(error), float(size))  # seen: error/size ~5e-6
 
 
 def test_reward_model_training_in_micro_batches_equals_the_unsplit_training(tiny_dir):

@@ -59,7 +59,8 @@ def _processes_of(uid: int) -> int:
     return count
 
 
-def _settles(predicate, within: float = 3.0) -> bool:
+def _settles(predicate, within: float = 30.0) -> bool:
+    """Polls until `predicate()` holds; the generous limit only bounds a failure, so load cannot fail it."""
     deadline = time.monotonic() + within
     while not predicate():
         if time.monotonic() > deadline:
@@ -69,7 +70,7 @@ def _settles(predicate, within: float = 3.0) -> bool:
 
 
 def test_honest_code_prints_and_is_ok():
-    result = execute("print(sum(range(10)))\nimport sys; print('warn', file=sys.stderr)", timeout=3)
+    result = execute("print(sum(range(10)))\nimport sys; print('warn', file=sys.stderr)", timeout=10)
     assert isinstance(result, ExecutionResult)
     assert result.ok and result.returncode == 0 and not result.timed_out
     assert result.stdout == "45\n" and result.stderr == "warn\n"
@@ -83,17 +84,17 @@ def test_protections_always_reported(protections):
 
 
 def test_stdin_is_fed():
-    result = execute("import sys\ndata = sys.stdin.read()\nprint(data.upper(), len(data))", stdin="abc", timeout=3)
+    result = execute("import sys\ndata = sys.stdin.read()\nprint(data.upper(), len(data))", stdin="abc", timeout=10)
     assert result.ok and result.stdout == "ABC 3\n"
 
 
 def test_large_stdin_does_not_block():
-    result = execute("import sys; print(len(sys.stdin.read()))", stdin="y" * 3_000_000, timeout=3)
+    result = execute("import sys; print(len(sys.stdin.read()))", stdin="y" * 3_000_000, timeout=10)
     assert result.ok and result.stdout == "3000000\n"
 
 
 def test_exception_is_a_failed_run_with_traceback():
-    result = execute("def f():\n    raise ValueError('boom')\nf()", timeout=3)
+    result = execute("def f():\n    raise ValueError('boom')\nf()", timeout=10)
     assert not result.ok and result.returncode == 1 and not result.timed_out
     assert "Traceback" in result.stderr and "ValueError: boom" in result.stderr
 
@@ -112,7 +113,7 @@ def test_sleep_times_out_on_the_wall_clock():
 
 
 def test_allocating_gigabytes_fails():
-    result = execute("x = bytearray(6 * 1024**3)\nprint('allocated')", timeout=3, memory_mb=256)
+    result = execute("x = bytearray(6 * 1024**3)\nprint('allocated')", timeout=10, memory_mb=256)
     assert not result.ok and "allocated" not in result.stdout
     assert "MemoryError" in result.stderr or result.returncode == -9
 
@@ -157,8 +158,8 @@ def test_setsid_child_does_not_outlive_the_run(protections):
         "    os._exit(0)\n"
         "print('parent exits')\n"
     )
-    result = execute(code, timeout=3)
-    assert result.ok and result.stdout == "parent exits\n" and result.duration < 3
+    result = execute(code, timeout=10)
+    assert result.ok and result.stdout == "parent exits\n" and not result.timed_out
     if "pid_namespace" not in protections:
         pytest.skip("without a pid namespace a setsid() child escapes the process-group kill")
     assert _settles(lambda: not set(_descendants()) - before)
@@ -198,7 +199,7 @@ def test_writes_outside_the_workdir_are_confined(where, protections):
         pytest.skip("the code runs as root here")
     code = f"try:\n    open({target!r}, 'w').write('x')\n    print('wrote')\nexcept OSError as e:\n    print('no', e)"
     try:
-        result = execute(code, timeout=3)
+        result = execute(code, timeout=10)
         assert result.returncode == 0, result
         assert not os.path.exists(target)
     finally:
@@ -218,7 +219,7 @@ def test_parent_secrets_are_not_visible(monkeypatch):
         "    except OSError as e:\n"
         "        print('no environ', e)\n"
     )
-    result = execute(code, timeout=3)
+    result = execute(code, timeout=10)
     assert result.ok, result
     assert "s3cr3t" not in result.stdout + result.stderr
     assert "SANDBOX_SECRET" not in result.stdout
@@ -241,7 +242,7 @@ def test_loopback_connection_fails(protections):
             "except OSError as e:\n"
             "    print('blocked', e)\n"
         )
-        result = execute(code, timeout=3)
+        result = execute(code, timeout=10)
         assert result.ok, result
         if "no_network" not in protections:
             pytest.skip("no network namespace here")
@@ -265,7 +266,7 @@ def test_killing_the_parent_spares_the_test_process(protections):
         "        print('refused', pid, e.errno)\n"
         "print('still here')\n"
     )
-    result = execute(code, timeout=3)
+    result = execute(code, timeout=10)
     assert isinstance(result, ExecutionResult)  # and this process is alive to check it
     assert result.duration < 3
 
@@ -302,7 +303,7 @@ def test_workdir_is_home_cwd_and_tmp_and_is_removed():
         "print(os.getcwd())\n"
         "print(os.environ['HOME'] == os.getcwd() == tempfile.gettempdir())\n"
     )
-    result = execute(code, timeout=3)
+    result = execute(code, timeout=10)
     assert result.ok, result
     workdir, same = result.stdout.split()
     assert same == "True"
@@ -310,20 +311,21 @@ def test_workdir_is_home_cwd_and_tmp_and_is_removed():
 
 
 def test_execute_many_keeps_order_and_runs_in_parallel():
-    slow = "import time; time.sleep(1.5); print('slow')"
+    # Each slow run prints when it slept; with two workers the two sleeps overlap in time, however
+    # loaded the machine is (no bound on the elapsed time).
+    slow = "import time; a = time.time(); time.sleep(1.5); print('slow', a, time.time())"
     codes = [slow, "print(1)", "print(2)", slow, "print(3)", "raise SystemExit(3)"]
-    start = time.monotonic()
-    results = execute_many(codes, workers=2, timeout=5)
-    elapsed = time.monotonic() - start
-    assert [r.stdout.strip() for r in results] == ["slow", "1", "2", "slow", "3", ""]
+    results = execute_many(codes, workers=2, timeout=30)
+    assert [r.stdout.split()[0] if r.stdout else "" for r in results] == ["slow", "1", "2", "slow", "3", ""]
     assert [r.ok for r in results] == [True, True, True, True, True, False]
     assert results[-1].returncode == 3
-    assert elapsed < 2.8  # two 1.5 s sleeps side by side, not 3 s in a row
+    (_, start_a, end_a), (_, start_b, end_b) = results[0].stdout.split(), results[3].stdout.split()
+    assert float(start_b) < float(end_a) and float(start_a) < float(end_b)  # side by side, not in a row
     assert execute_many([]) == []
 
 
 def test_missing_interpreter_is_a_result_not_an_exception():
-    result = execute("print(1)", python="/nonexistent/python3", timeout=3)
+    result = execute("print(1)", python="/nonexistent/python3", timeout=10)
     assert not result.ok and result.returncode is None and "nonexistent" in result.stderr
 
 
