@@ -136,6 +136,19 @@ class TextParallelEnv(ParallelEnv[AgentID, str, str], metaclass=abc.ABCMeta):
     def score(self, actions: dict[AgentID, str]) -> tuple[float | dict[AgentID, float], bool]:
         """Score one joint action: `(reward or {agent: reward}, task finished)`."""
 
+    def improvement(self, quality: float) -> float:
+        """Per-turn reward of a multi-turn task: this turn's `quality` minus the last turn's (0 before).
+
+        Over turns 0..T with discount g the return is `(1 - g) * sum_{t<T} g^t q_t + g^T q_T`, a mean of
+        the turns' qualities with weights that sum to 1 and favour earlier turns (with g = 1, the last
+        quality). So a better answer at any turn never returns less, and reaching the best quality sooner
+        never returns less; paying `q_t` every turn instead would reward staying unsolved for longer.
+        The previous quality is kept in `self.task["quality"]`.
+        """
+        previous = self.task.get("quality", 0.0)
+        self.task["quality"] = quality
+        return quality - previous
+
     def flag_invalid(self, agent: AgentID, reason: str) -> None:
         """Report that `agent`'s action could not be parsed (a game outcome, not an error)."""
         self._step_infos.setdefault(agent, {}).setdefault("invalid_action", reason)  # the first reason wins

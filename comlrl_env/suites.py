@@ -24,9 +24,9 @@ suites: dict[str, list[str]] = {
         "smoke/FormatAgreement-v0",
         "smoke/Arithmetic-v0",
         "coop/LengthRatio-v0",
-        "coop/GuessNumber-v0",
+        "coop/GuessNumber-v1",
     ],
-    "code": ["code/HumanEvalCoop-v0", "code/HumanEvalCoopMultiTurn-v0"],
+    "code": ["code/HumanEvalCoop-v0", "code/HumanEvalCoopMultiTurn-v1"],
     "writing": ["writing/DocSummary-v0", "writing/DocSummaryGeneralSum-v0"],
-    "basic": ["coop/LengthRatio-v0", "coop/GuessNumber-v0", "general/SplitPie-v0"],
+    "basic": ["coop/LengthRatio-v0", "coop/GuessNumber-v1", "general/SplitPie-v0"],
 }

@@ -294,7 +294,7 @@ def test_multi_turn_actor_critic_uses_next_turn_values(tiny_dir):
     cfg = MAACConfig(num_train_epochs=1, num_turns=1, max_new_tokens=4, episodes_per_epoch=2, rollout_buffer_size=2,
                      num_generations=2, eval_interval=0, verbose=False, discount=0.9, gae_lambda=0.5, ppo_epochs=2,
                      train_batch_size=4)
-    trainer = MAACTrainer(env="coop/GuessNumber-v0", agent_model=tiny_dir, num_agents=2, critic_model=tiny_dir, args=cfg)
+    trainer = MAACTrainer(env="coop/GuessNumber-v1", agent_model=tiny_dir, num_agents=2, critic_model=tiny_dir, args=cfg)
     metrics = trainer.learn()
     assert "train/turn_2/reward_mean" in metrics and "train/critic_0/loss" in metrics
 

@@ -19,8 +19,8 @@ def test_empty_policy_on_a_scripted_task():
 
 
 def test_agents_policy_is_deterministic_and_counts_tokens(tiny_dir):
-    a = evaluate_policy("coop/GuessNumber-v0", AgentPolicy([tiny_dir], seed=3, max_new_tokens=4), episodes=3, seed=1)
-    b = evaluate_policy("coop/GuessNumber-v0", AgentPolicy([tiny_dir], seed=3, max_new_tokens=4), episodes=3, seed=1)
+    a = evaluate_policy("coop/GuessNumber-v1", AgentPolicy([tiny_dir], seed=3, max_new_tokens=4), episodes=3, seed=1)
+    b = evaluate_policy("coop/GuessNumber-v1", AgentPolicy([tiny_dir], seed=3, max_new_tokens=4), episodes=3, seed=1)
     assert a["reward_mean"] == b["reward_mean"] and a["tokens_per_episode"] == b["tokens_per_episode"] > 0
 
 

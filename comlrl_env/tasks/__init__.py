@@ -8,7 +8,7 @@ from comlrl_env.tasks.split_pie import SplitPie
 __all__ = ["GuessNumber", "LengthRatio", "SplitPie"]
 
 register("coop/LengthRatio-v0", entry_point=LengthRatio)
-register("coop/GuessNumber-v0", entry_point=GuessNumber)
+register("coop/GuessNumber-v1", entry_point=GuessNumber)
 register("general/SplitPie-v0", entry_point=SplitPie)
 
 from comlrl_env.tasks.code import HumanEvalCoop, HumanEvalCoopMultiTurn  # noqa: E402
@@ -27,6 +27,6 @@ __all__ += [
 register("smoke/FormatAgreement-v0", entry_point=FormatAgreement)
 register("smoke/Arithmetic-v0", entry_point=Arithmetic)
 register("code/HumanEvalCoop-v0", entry_point=HumanEvalCoop)
-register("code/HumanEvalCoopMultiTurn-v0", entry_point=HumanEvalCoopMultiTurn)
+register("code/HumanEvalCoopMultiTurn-v1", entry_point=HumanEvalCoopMultiTurn)
 register("writing/DocSummary-v0", entry_point=DocSummary)
 register("writing/DocSummaryGeneralSum-v0", entry_point=DocSummaryGeneralSum)

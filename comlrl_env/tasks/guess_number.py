@@ -1,4 +1,4 @@
-"""coop/GuessNumber-v0: agents jointly find a hidden number with higher/lower feedback.
+"""coop/GuessNumber-v1: agents jointly find a hidden number with higher/lower feedback.
 
 Agents and roles: `num_agents` guessers (default 2), symmetric.
 
@@ -8,14 +8,22 @@ too low, plus the agent's own previous answer.
 
 Action: text containing an integer; the first integer found is the guess.
 
-Reward (cooperative, every agent gets it): `1 - |mean guess - target| /
-(high - low)` in [0, 1]. An agent whose text has no integer guesses the middle
-of the range, is flagged `invalid_action` and costs the team 0.1.
+Reward (cooperative, every agent gets it): each turn's guess has the quality
+`q = 1 - |mean guess - target| / (high - low)` in [0, 1], and the turn's
+reward is the improvement `q_t - q_{t-1}` (`q_{-1} = 0`; see
+`TextParallelEnv.improvement`). The return is therefore a mean of the turns'
+qualities weighted toward early turns (the last quality when the discount is
+1): guessing the target at once returns 1.0, the most of any episode, and
+staying one off for all 4 turns returns 0.99. An agent whose text has no
+integer guesses the middle of the range, is flagged `invalid_action` and costs
+the team 0.1 on that turn.
 
 Termination: when the rounded joint guess equals the target; truncation after
 `num_turns` turns (default 4).
 
-Versions: v0, initial.
+Versions: v1 pays the per-turn improvement. v0 (removed) paid `q_t` on every
+turn, so a solved episode, which ends early, returned less than one that
+stayed one off until the turn limit (1.00 vs 3.96).
 """
 
 from __future__ import annotations
@@ -32,7 +40,7 @@ _INT = re.compile(r"-?\d+")
 class GuessNumber(TextParallelEnv):
     """Multi-turn cooperative guessing; the next observation carries feedback on the last joint guess."""
 
-    metadata = {**TextParallelEnv.metadata, "name": "coop/GuessNumber-v0", "num_tasks": None}
+    metadata = {**TextParallelEnv.metadata, "name": "coop/GuessNumber-v1", "num_tasks": None}
     invalid_action_penalty = 0.1
 
     def __init__(self, num_agents: int = 2, num_turns: int = 4, low: int = 0, high: int = 99, **kwargs) -> None:
@@ -72,4 +80,4 @@ class GuessNumber(TextParallelEnv):
         else:
             direction = "too high" if joint > target else "too low"
             self.task["feedback"] = f"The joint guess {joint:g} was {direction}."
-        return 1.0 - abs(joint - target) / (self.high - self.low), round(joint) == target
+        return self.improvement(1.0 - abs(joint - target) / (self.high - self.low)), round(joint) == target
