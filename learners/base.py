@@ -247,6 +247,7 @@ class Learner(abc.ABC):
             model.to(device)
             if cfg.gradient_checkpointing:
                 enable_gradient_checkpointing(model)
+        self.schedule_epochs: int | None = None  # LR schedule length; None: num_train_epochs (MARLHFIter: the run's)
         self._setup_models()
         self.engine = RolloutEngine(self.agents, self.tokenizers, GenerationSettings(
             max_new_tokens=cfg.max_new_tokens, temperature=cfg.temperature, top_p=cfg.top_p, top_k=cfg.top_k,
@@ -540,10 +541,16 @@ class Learner(abc.ABC):
         return adamw(params, lr, self.args.weight_decay)
 
     def _scheduler(self, optimizer: torch.optim.Optimizer) -> torch.optim.lr_scheduler.LambdaLR:
+        """Warm-up, then constant, linear or cosine decay over `schedule_epochs` (else `num_train_epochs`) epochs.
+
+        The length is read at every step, not fixed here: a resume that raises `num_train_epochs`, and
+        MARLHFIter, which raises it every iteration, keep one schedule that spans the whole run.
+        """
         cfg = self.args
-        total = max(cfg.num_train_epochs * math.ceil(self._epoch_size(self.env) / cfg.rollout_buffer_size), 1)
+        batches_per_epoch = math.ceil(self._epoch_size(self.env) / cfg.rollout_buffer_size)
 
         def factor(step: int) -> float:
+            total = max((self.schedule_epochs or cfg.num_train_epochs) * batches_per_epoch, 1)
             if step < cfg.warmup_steps:
                 return (step + 1) / (cfg.warmup_steps + 1)
             progress = min((step - cfg.warmup_steps) / max(total - cfg.warmup_steps, 1), 1.0)

@@ -29,6 +29,7 @@ import json
 import math
 import os
 import tempfile
+import warnings
 from typing import Any, Sequence
 
 import torch
@@ -238,25 +239,29 @@ def select_pairs(
     return pairs if pairs_per_sample is None else pairs[:pairs_per_sample]
 
 
-def replay_weights(num_shards: int, mode: str, k: int | None = None, lam: float | None = None) -> list[float]:
-    """Sampling weight of each pair shard (oldest first) for a replay mode.
+def replay_weights(sizes: Sequence[int], mode: str, k: int | None = None, lam: float | None = None) -> list[float]:
+    """Sampling weight of each pair shard (oldest first; `sizes[i]` pairs in shard i). Empty shards weigh 0.
 
-    current: only the newest; nearest_k: the newest k equally; all_history: all equally;
-    lambda_decay: w_a proportional to (1 - lam) lam^a by age a (newest a = 0), uniform when lam = 1.
+    current: only the newest shard; nearest_k: the newest k non-empty shards, equally; all_history:
+    every non-empty shard, equally; lambda_decay: w_a proportional to (1 - lam) lam^a by age a (newest
+    a = 0; an empty shard keeps its age), uniform when lam = 1. All zeros when no shard qualifies.
+    Example: sizes [5, 3, 0], nearest_k with k = 1 -> [0, 1, 0] (the newest non-empty shard).
     """
-    ages = list(reversed(range(num_shards)))
+    ages = list(reversed(range(len(sizes))))
     if mode == "current":
         w = [1.0 if a == 0 else 0.0 for a in ages]
     elif mode == "nearest_k":
-        w = [1.0 if a < (k or 1) else 0.0 for a in ages]
+        newest = [i for i in reversed(range(len(sizes))) if sizes[i] > 0][: k or 1]
+        w = [1.0 if i in newest else 0.0 for i in range(len(sizes))]
     elif mode == "all_history":
-        w = [1.0] * num_shards
+        w = [1.0] * len(sizes)
     elif mode == "lambda_decay":
-        w = [1.0] * num_shards if lam == 1 else [(1 - lam) * lam**a for a in ages]
+        w = [1.0] * len(sizes) if lam == 1 else [(1 - lam) * lam**a for a in ages]
     else:
         raise ValueError(f"unknown replay mode {mode!r}.")
+    w = [x if n > 0 else 0.0 for x, n in zip(w, sizes)]
     total = sum(w)
-    return [x / total for x in w] if total > 0 else [1.0 / num_shards] * num_shards
+    return [x / total for x in w] if total > 0 else [0.0] * len(sizes)
 
 
 # ----- the learners ------------------------------------------------------------------------------
@@ -292,6 +297,8 @@ class MARLHF:
             critic_model = cfg.critic_model_name or model_name((kwargs.get("agents") or [kwargs.get("agent_model")])[0])
         self.policy: Learner = policy_cls(args=policy_cfg, critic_model=critic_model, critics=critics, **kwargs)
         self.policy.wrapper = self  # our state_dict() rides in the policy learner's checkpoints
+        # Every LR schedule (agents', critics') spans all iterations' policy epochs, not the first one's.
+        self.policy.schedule_epochs = cfg.num_train_epochs * getattr(cfg, "num_iterations", 1)
         if self.policy.dist.enabled:
             raise ValueError("MARLHF under torchrun is not supported yet (each rank would learn its own reward "
                              "model); run it as a single process.")
@@ -299,6 +306,7 @@ class MARLHF:
         self.reward_model: RewardModel | None = None
         self.shards: list[list[dict[str, Any]]] = []  # pairs of each iteration (texts and rewards)
         self.iteration = 0
+        self.policy_phases = 0  # iterations whose policy phase ran (one is skipped while no reward model exists)
         self.history: list[list[dict[str, torch.Tensor]]] = []  # agent weights at each iteration's start (CPU)
 
     # ----- what users call ------------------------------------------------------------------------
@@ -343,19 +351,22 @@ class MARLHF:
                 manager = CheckpointManager(self.policy, checkpoint_dir, total_limit=checkpoint_total_limit)
                 manager.start()
                 manager.save_now()
-            self.policy.args.num_train_epochs = cfg.num_train_epochs * (self.iteration + 1)
-            metrics.update(self.policy.learn(resume_from_checkpoint=resume, **kwargs))
+            if self.reward_model is not None:  # else no stage has found pairs yet: nothing to learn against
+                self.policy.args.num_train_epochs = cfg.num_train_epochs * (self.policy_phases + 1)
+                metrics.update(self.policy.learn(resume_from_checkpoint=resume, **kwargs))
+                self.policy_phases += 1
             resume = None
             self.iteration += 1
         return metrics
 
     def state_dict(self) -> dict[str, Any]:
         """Preference data and history for checkpoints (strings, numbers and CPU tensors only)."""
-        return {"iteration": self.iteration, "shards": self.shards, "history": self.history,
-                "normalization": list(self.policy.reward_normalization or [])}
+        return {"iteration": self.iteration, "policy_phases": self.policy_phases, "shards": self.shards,
+                "history": self.history, "normalization": list(self.policy.reward_normalization or [])}
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
         self.iteration = int(state["iteration"])
+        self.policy_phases = int(state.get("policy_phases", self.iteration))
         self.shards = [list(s) for s in state["shards"]]
         self.history = [list(h) for h in state["history"]]
         self.policy.reward_normalization = tuple(state["normalization"]) or None
@@ -369,7 +380,8 @@ class MARLHF:
             ).eval().requires_grad_(False)
             self.policy.reward_model = self.reward_model
         self.policy.load_checkpoint(path)
-        self.policy.args.num_train_epochs = max(self.policy.epoch, self.args.num_train_epochs * (self.iteration + 1))
+        phase_end = self.args.num_train_epochs * (self.policy_phases + 1)
+        self.policy.args.num_train_epochs = max(self.policy.epoch, phase_end)
 
     def train(self, **kwargs: Any) -> dict[str, float]:
         """Alias of `learn()`."""
@@ -388,27 +400,40 @@ class MARLHF:
     # ----- one preference stage ---------------------------------------------------------------------
 
     def preference_stage(self) -> dict[str, float]:
-        """Collect candidates, label and select pairs, train and freeze a fresh reward model."""
+        """Collect candidates, label and select pairs, train and freeze a fresh reward model.
+
+        A stage without training pairs (every candidate tied) trains nothing: the previous reward model
+        stays in use, or, before any exists, `learn()` skips this iteration's policy phase. Either way it
+        warns and logs `preference/stage_without_pairs = 1` (the reference library stops instead).
+        """
         cfg = self.args
         self.policy.reward_model = None  # candidates are labelled with the task reward (or `_pair_scorer()`)
         pairs, scores = self.collect_pairs(self._pair_scorer())
         self.shards.append(pairs)
         self._write_shard(pairs)
         training_pairs = self._replay()
-        self.reward_model = RewardModel.from_pretrained(
-            self.reward_model_source, device=self.reward_device, freeze_backbone=cfg.reward_freeze_backbone,
-            max_length=cfg.reward_max_length,
-        )
-        metrics = self.train_reward_model(training_pairs)
-        self.reward_model.eval().requires_grad_(False)
-        if cfg.reward_normalization:
-            candidate_scores = self.reward_model.score(scores)
-            self.policy.reward_normalization = (float(candidate_scores.mean()),
-                                                max(float(candidate_scores.std(unbiased=False)), 1e-6))
+        metrics = {"preference/iteration": float(self.iteration), "preference/current_pairs": float(len(pairs)),
+                   "preference/train_pairs": float(len(training_pairs)),
+                   "preference/total_pairs": float(sum(len(s) for s in self.shards)),
+                   "preference/stage_without_pairs": float(not training_pairs)}
+        if training_pairs:
+            self.reward_model = RewardModel.from_pretrained(
+                self.reward_model_source, device=self.reward_device, freeze_backbone=cfg.reward_freeze_backbone,
+                max_length=cfg.reward_max_length,
+            )
+            metrics.update(self.train_reward_model(training_pairs))
+            self.reward_model.eval().requires_grad_(False)
+            if cfg.reward_normalization:
+                candidate_scores = self.reward_model.score(scores)
+                self.policy.reward_normalization = (float(candidate_scores.mean()),
+                                                    max(float(candidate_scores.std(unbiased=False)), 1e-6))
+        else:
+            warnings.warn(
+                f"preference stage {self.iteration}: no preference pairs (the candidates of every task instance "
+                "tied, and replay had none), so no reward model was trained; " + ("the previous iteration's reward model stays in use." if self.reward_model is not None
+                               else "no reward model exists yet, so this iteration's policy phase is skipped."),
+                stacklevel=2)
         self.policy.reward_model = self.reward_model
-        metrics.update({"preference/iteration": float(self.iteration), "preference/current_pairs": float(len(pairs)),
-                        "preference/train_pairs": float(len(training_pairs)),
-                        "preference/total_pairs": float(sum(len(s) for s in self.shards))})
         self.policy.logger.log(metrics, self.policy.env_steps)
         return metrics
 
@@ -552,17 +577,17 @@ class MARLHFIter(MARLHF):
 
     def _replay(self) -> list[dict[str, Any]]:
         cfg: MARLHFIterConfig = self.args
-        weights = replay_weights(len(self.shards), cfg.preference_replay_mode, cfg.preference_replay_k,
-                                 cfg.preference_replay_lambda)
         if cfg.preference_replay_mode == "current":
             return self.shards[-1]
-        size = cfg.preference_replay_sample_size or len(self.shards[-1]) or max(len(s) for s in self.shards)
+        weights = replay_weights([len(s) for s in self.shards], cfg.preference_replay_mode, cfg.preference_replay_k,
+                                 cfg.preference_replay_lambda)
+        usable = [i for i, w in enumerate(weights) if w > 0]
+        if not usable:
+            return []
+        size = cfg.preference_replay_sample_size or len(self.shards[-1]) or len(self.shards[usable[-1]])
         gen = torch.Generator().manual_seed(cfg.seed * 977 + self.iteration)
         queues: dict[int, list[int]] = {}
         out = []
-        usable = [i for i, s in enumerate(self.shards) if s and weights[i] > 0]
-        if not usable:
-            return []
         w = torch.tensor([weights[i] for i in usable])
         for _ in range(size):
             shard = usable[int(torch.multinomial(w, 1, generator=gen))]

@@ -51,15 +51,21 @@ def test_random_selection_is_a_seeded_permutation_of_all_pairs():
     assert a == b and sorted(a) == sorted(select_pairs(rewards, None, "all"))
 
 
-@pytest.mark.parametrize("mode, kwargs, expected", [
-    ("current", {}, [0.0, 0.0, 1.0]),  # only the newest shard
-    ("nearest_k", {"k": 2}, [0.0, 0.5, 0.5]),  # the newest two, equally
-    ("all_history", {}, [1 / 3, 1 / 3, 1 / 3]),
-    ("lambda_decay", {"lam": 0.5}, [0.25 / 1.75, 0.5 / 1.75, 1 / 1.75]),  # (1-l) l^age, ages 2, 1, 0
-    ("lambda_decay", {"lam": 1.0}, [1 / 3, 1 / 3, 1 / 3]),  # lambda 1: uniform
+@pytest.mark.parametrize("sizes, mode, kwargs, expected", [
+    ([2, 2, 2], "current", {}, [0.0, 0.0, 1.0]),  # only the newest shard
+    ([2, 2, 2], "nearest_k", {"k": 2}, [0.0, 0.5, 0.5]),  # the newest two, equally
+    ([2, 2, 2], "all_history", {}, [1 / 3, 1 / 3, 1 / 3]),
+    ([2, 2, 2], "lambda_decay", {"lam": 0.5}, [0.25 / 1.75, 0.5 / 1.75, 1 / 1.75]),  # (1-l) l^age, ages 2, 1, 0
+    ([2, 2, 2], "lambda_decay", {"lam": 1.0}, [1 / 3, 1 / 3, 1 / 3]),  # lambda 1: uniform
+    # Empty shards weigh nothing; nearest_k takes the newest k non-empty ones (as the reference does).
+    ([5, 3, 0], "nearest_k", {"k": 1}, [0.0, 1.0, 0.0]),  # counting the empty newest shard gave no pairs
+    ([5, 0, 3, 0], "nearest_k", {"k": 2}, [0.5, 0.0, 0.5, 0.0]),
+    ([5, 0, 3], "all_history", {}, [0.5, 0.0, 0.5]),
+    ([4, 4, 0], "lambda_decay", {"lam": 0.5}, [0.25 / 0.75, 0.5 / 0.75, 0.0]),  # the empty shard keeps its age
+    ([2, 0], "current", {}, [0.0, 0.0]),  # nothing to replay
 ])
-def test_replay_weights(mode, kwargs, expected):
-    assert replay_weights(3, mode, **kwargs) == pytest.approx(expected)
+def test_replay_weights(sizes, mode, kwargs, expected):
+    assert replay_weights(sizes, mode, **kwargs) == pytest.approx(expected)
 
 
 def test_bradley_terry_loss_by_hand():
@@ -238,6 +244,85 @@ def test_two_iterations_with_a_comparator_replay_and_pair_files(tiny_dir, tmp_pa
     assert files == ["iteration_0000.json", "iteration_0001.json"] and (replay_dir / "old.json").exists()
     record = json.loads(next(replay_dir.glob("resume-*/iteration_0000.json")).read_text())
     assert record["num_pairs"] == len(record["pairs"]) and set(record["pairs"][0]) >= {"winner", "loser"}
+
+
+class Switchable:
+    """`longer`, or a tie between every candidate once `tie` is set."""
+
+    def __init__(self):
+        self.tie = False
+
+    def __call__(self, first, second):
+        return [0.0] * len(first) if self.tie else longer(first, second)
+
+
+def _agent_weights(trainer):
+    return [{k: v.detach().clone() for k, v in a.state_dict().items()} for a in trainer.agents]
+
+
+def test_a_stage_without_pairs_trains_no_reward_model_and_skips_the_policy_phase(tiny_dir):
+    """It used to train the policy against a freshly initialized head (all 26 agent tensors changed)."""
+    reward = Switchable()
+    reward.tie = True
+    trainer = MARLHFTrainer(agent_model=tiny_dir, num_agents=2, reward_func=reward, train_dataset=train_dataset,
+                            args=MARLHFConfig(num_generations=2, agent_learning_rate=1e-2, **SMALL))
+    before = _agent_weights(trainer)
+    with pytest.warns(UserWarning, match="no preference pairs.*no reward model exists yet, so this iteration's "
+                                         "policy phase is skipped"):
+        metrics = trainer.train()
+    assert metrics["preference/stage_without_pairs"] == 1.0 and metrics["preference/train_pairs"] == 0.0
+    assert "preference/reward_model_loss" not in metrics  # nothing was trained (it used to log NaN)
+    assert trainer.reward_model is None and trainer.policy.reward_model is None and trainer.policy.epoch == 0
+    for old, new in zip(before, _agent_weights(trainer)):
+        assert all(torch.equal(old[k], new[k]) for k in old)
+
+
+def test_a_stage_without_pairs_keeps_the_previous_reward_model(tiny_dir):
+    reward = Switchable()
+    trainer = MARLHFIterTrainer(agent_model=tiny_dir, num_agents=2, reward_func=reward, train_dataset=train_dataset,
+                                args=MARLHFIterConfig(num_iterations=2, **SMALL))
+    first = trainer.preference_stage()
+    trained = trainer.reward_model
+    assert first["preference/stage_without_pairs"] == 0.0 and trained is not None
+    head = trained.reward_head.weight.detach().clone()
+    trainer.iteration, reward.tie = 1, True
+    with pytest.warns(UserWarning, match="the previous iteration's reward model stays in use"):
+        second = trainer.preference_stage()
+    assert second["preference/stage_without_pairs"] == 1.0 and second["preference/current_pairs"] == 0.0
+    assert trainer.reward_model is trained and trainer.policy.reward_model is trained
+    assert torch.equal(trained.reward_head.weight, head)
+
+
+class LearningRates:
+    """Records every optimizer's learning rate after each rollout's scheduler step."""
+
+    def __init__(self):
+        self.seen = []
+
+    def on_step_end(self, learner, metrics):
+        self.seen.append([o.param_groups[0]["lr"] for o in learner.checkpoint_optimizers()[0]])
+
+
+def test_lr_schedules_span_every_iteration_also_after_a_resume(tiny_dir, tmp_path):
+    """Each schedule was fixed to one iteration's length: 1e-3, 5e-4, 0, 0, 0, 0 per policy rollout."""
+    def build(recorder):
+        cfg = MARLHFIterConfig(num_iterations=3, rl_algorithm="iac", num_generations=2, lr_scheduler_type="linear",
+                               agent_learning_rate=1e-3, critic_learning_rate=1e-3,
+                               **{**SMALL, "rollout_buffer_size": 2})  # 2 policy rollouts per iteration
+        return MARLHFIterTrainer(agent_model=tiny_dir, num_agents=2, reward_func=longer, train_dataset=train_dataset,
+                                 callbacks=[recorder], args=cfg)
+
+    full = LearningRates()
+    build(full).learn(checkpoint_dir=str(tmp_path / "full"))
+    assert len(full.seen) == 6 and len(full.seen[0]) == 4  # 2 agent and 2 critic optimizers
+    expected = [1e-3 * (1 - step / 6) for step in range(1, 7)]  # linear decay over all 6 rollouts
+    for lrs, want in zip(full.seen, expected):
+        assert lrs == pytest.approx([want] * 4, abs=1e-12)
+    # Resumed after the second iteration's preference stage (checkpoint-3), the schedule continues.
+    resumed = LearningRates()
+    build(resumed).learn(checkpoint_dir=str(tmp_path / "full"),
+                         resume_from_checkpoint=str(tmp_path / "full" / "checkpoint-3"))
+    assert sum(resumed.seen, []) == pytest.approx(sum(full.seen[2:], []), abs=1e-12)
 
 
 def test_resume_from_a_preference_stage_or_a_policy_epoch_is_bit_identical(tiny_dir, tmp_path):
