@@ -85,13 +85,31 @@ class RewardModel(nn.Module):
 
     def forward(self, texts: Sequence[str]) -> torch.Tensor:
         """Scores `(B,)` of joint texts, with gradients."""
-        enc = self.tokenizer(list(texts), return_tensors="pt", padding=True, padding_side="left",
-                             truncation=self.max_length is not None, max_length=self.max_length)
-        ids, mask = enc["input_ids"].to(self.device), enc["attention_mask"].to(self.device)
+        ids, mask = self.encode(texts)
         positions = (mask.cumsum(1) - 1).clamp(min=0)
         hidden = self.backbone.base_model(input_ids=ids, attention_mask=mask, position_ids=positions,
                                           use_cache=False).last_hidden_state
         return self.reward_head(hidden[:, -1]).squeeze(-1).float()  # left padding: the last token is real
+
+    def encode(self, texts: Sequence[str]) -> tuple[torch.Tensor, torch.Tensor]:
+        """Token ids and attention mask `(B, L)` on the model's device, padded on the left.
+
+        A text longer than `max_length` tokens keeps its last `max_length`: the answers come last in a
+        joint text, and cutting from the right (the tokenizer's default side) would score two texts that
+        differ only in their answers alike. Done here, not through the tokenizer's `truncation_side`, so
+        a shared tokenizer's settings cannot change it.
+        """
+        rows = self.tokenizer(list(texts))["input_ids"]
+        if self.max_length is not None:
+            rows = [r[-self.max_length:] for r in rows]
+        width = max((len(r) for r in rows), default=0)
+        ids = torch.full((len(rows), width), self.tokenizer.pad_token_id, dtype=torch.long)
+        mask = torch.zeros((len(rows), width), dtype=torch.long)
+        for i, r in enumerate(rows):
+            if r:
+                ids[i, width - len(r):] = torch.tensor(r)
+                mask[i, width - len(r):] = 1
+        return ids.to(self.device), mask.to(self.device)
 
     @torch.no_grad()
     def score(self, texts: Sequence[str], batch_size: int = 32) -> torch.Tensor:

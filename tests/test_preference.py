@@ -18,7 +18,7 @@ from learners.preference import (
     replay_weights,
     select_pairs,
 )
-from rewards.models import RewardModel, bradley_terry_loss
+from rewards.models import RewardModel, bradley_terry_loss, joint_text
 
 
 def longer(first, second):
@@ -104,6 +104,21 @@ def test_reward_model_learns_a_planted_preference_and_reloads(tiny_dir, tmp_path
     again = RewardModel.from_pretrained(tmp_path / "rm")
     assert torch.allclose(again.score(["alpha beta"]), rm.score(["alpha beta"]), atol=1e-6)
     AutoModelForCausalLM.from_pretrained(tmp_path / "rm")  # the backbone dir is a plain causal LM
+
+
+def test_reward_model_truncates_from_the_left_and_keeps_the_answers(tiny_dir):
+    """With `reward_max_length` it cut from the right: a good and an empty answer kept the same text and score."""
+    rm = RewardModel.from_pretrained(tiny_dir, max_length=16)
+    assert rm.tokenizer.truncation_side == "right"  # the tokenizer's setting does not decide
+    state = "[agent_0]\n" + "a long observation " * 40
+    good, empty = joint_text(state, ["The answer is 42.", "Yes"]), joint_text(state, ["", ""])
+    ids, mask = rm.encode([good, empty, "short"])
+    assert ids.shape[1] == 16 and mask[:2].all()
+    assert ids[0].tolist() == rm.tokenizer(good)["input_ids"][-16:]  # the tail: the answers
+    short = rm.tokenizer("short")["input_ids"]
+    assert ids[2, -len(short):].tolist() == short and mask[2].sum() == len(short)  # left padding
+    scores = rm.score([good, empty])
+    assert scores[0] != scores[1]
 
 
 def test_frozen_backbone_trains_only_the_head(tiny_dir):
