@@ -38,7 +38,8 @@ from concurrent.futures import ThreadPoolExecutor
 from typing import Any, Sequence
 
 import torch
-from transformers import PreTrainedModel, PreTrainedTokenizerBase
+from transformers import PreTrainedModel, PreTrainedTokenizerBase, StoppingCriteria, StoppingCriteriaList
+from transformers.generation.stopping_criteria import StopStringCriteria
 
 from comlrl_env.base import TextParallelEnv
 from learners.sampling import sample_completions, supports_lean_sampling
@@ -224,9 +225,13 @@ class RolloutEngine:
             completion, logprobs = sample_completions(
                 model, ids, mask, num_samples, cfg.max_new_tokens, eos_ids, tok.pad_token_id,
                 temperature=None if greedy else cfg.temperature, top_k=cfg.top_k, top_p=cfg.top_p)
+            completion_mask = _completion_mask(completion, eos_ids, tok.pad_token_id, stop_strings=False)
         else:
-            completion = self._hf_generate(agent, ids, mask, num_samples, greedy, eos_ids)
-        completion_mask = _completion_mask(completion, eos_ids, tok.pad_token_id, bool(cfg.stop_strings))
+            completion, lengths = self._hf_generate(agent, ids, mask, num_samples, greedy, eos_ids)
+            if lengths is None:
+                completion_mask = _completion_mask(completion, eos_ids, tok.pad_token_id, bool(cfg.stop_strings))
+            else:
+                completion_mask = (torch.arange(completion.shape[1], device=completion.device) < lengths[:, None]).long()
         completion = completion.masked_fill(completion_mask == 0, tok.pad_token_id)
         lengths = completion_mask.sum(1).tolist()
         rows = completion.tolist()
@@ -247,7 +252,15 @@ class RolloutEngine:
         return not settings.generation_kwargs and not settings.stop_strings and supports_lean_sampling(self.agents[agent])
 
     def _hf_generate(self, agent: int, ids: torch.Tensor, mask: torch.Tensor, num_samples: int, greedy: bool,
-                     eos_ids: list[int]) -> torch.Tensor:
+                     eos_ids: list[int]) -> tuple[torch.Tensor, torch.Tensor | None]:
+        """`model.generate`'s new tokens `(S, T)`, and each row's number of sampled tokens `(S,)`.
+
+        generate pads a row once it stops, with the pad id, which may also be a token the model can sample
+        (pad == EOS is common). So the lengths are recorded while generating: `_StopRecorder` applies the
+        EOS ids (the user's `eos_token_id` override included), the stop strings and the user's
+        `stopping_criteria`, and notes the step at which each row stopped. Beam search reorders rows,
+        so it falls back to reading the ids (`_completion_mask`): lengths None.
+        """
         model, tok, cfg = self.agents[agent], self.tokenizers[agent], self.settings
         if greedy:
             sampling = dict(do_sample=False, temperature=None, top_p=None, top_k=None)
@@ -261,11 +274,19 @@ class RolloutEngine:
             **sampling,
         )
         kwargs.update(cfg.generation_kwargs)  # the user's generate arguments win (e.g. beam search)
-        if cfg.stop_strings:
-            kwargs.update(stop_strings=cfg.stop_strings, tokenizer=tok)
+        recorder = None
+        if kwargs.get("num_beams", model.generation_config.num_beams or 1) > 1:
+            if cfg.stop_strings:
+                kwargs.update(stop_strings=cfg.stop_strings, tokenizer=tok)
+        else:
+            eos = kwargs["eos_token_id"]
+            recorder = _StopRecorder(ids.shape[1], [eos] if isinstance(eos, int) else list(eos or []),
+                                     cfg.stop_strings, tok, kwargs.pop("stopping_criteria", None))
+            kwargs["stopping_criteria"] = StoppingCriteriaList([recorder])
         with torch.no_grad():
             out = model.generate(input_ids=ids, attention_mask=mask, **kwargs)
-        return out[:, ids.shape[1]:]
+        completion = out[:, ids.shape[1]:]
+        return completion, None if recorder is None else recorder.lengths(completion.shape[1])
 
     def _eos_ids(self, agent: int) -> list[int]:
         ids = self.agents[agent].generation_config.eos_token_id
@@ -450,6 +471,40 @@ def per_agent(fn: Any, num_agents: int, concurrent: bool) -> list[Any]:
         return [fn(a) for a in range(num_agents)]
     with ThreadPoolExecutor(max_workers=num_agents) as pool:
         return list(pool.map(fn, range(num_agents)))
+
+
+class _StopRecorder(StoppingCriteria):
+    """generate's stopping rule for a batch of rows, which also records when each row stopped.
+
+    A row stops at the first step whose token is an EOS id, completes a stop string, or makes a user
+    criterion fire; generate pads it from then on. `lengths(T)` gives the sampled tokens per row.
+    """
+
+    def __init__(self, prompt_width: int, eos_ids: list[int], stop_strings: list[str] | None,
+                 tokenizer: PreTrainedTokenizerBase, user_criteria: Sequence[Any] | None) -> None:
+        self.prompt_width = prompt_width
+        self.eos_ids = torch.tensor(eos_ids, dtype=torch.long)
+        self.stop = StopStringCriteria(tokenizer, stop_strings) if stop_strings else None
+        self.user = list(user_criteria or [])
+        self.stopped_at: torch.Tensor | None = None  # (S,) step of the stopping token, -1 while running
+
+    def __call__(self, input_ids: torch.Tensor, scores: torch.Tensor, **kwargs: Any) -> torch.Tensor:
+        step = input_ids.shape[1] - self.prompt_width - 1
+        done = torch.isin(input_ids[:, -1], self.eos_ids.to(input_ids.device))
+        if self.stop is not None:
+            done = done | self.stop(input_ids, scores)
+        for criterion in self.user:
+            done = done | criterion(input_ids, scores, **kwargs)
+        if self.stopped_at is None:
+            self.stopped_at = torch.full_like(done, -1, dtype=torch.long)
+        self.stopped_at = torch.where(done & (self.stopped_at < 0), step, self.stopped_at)
+        return done
+
+    def lengths(self, width: int) -> torch.Tensor:
+        """Sampled tokens per row: through the stopping token, or all `width` for rows that never stopped."""
+        if self.stopped_at is None:
+            raise RuntimeError("generate did not call the stopping criteria.")
+        return torch.where(self.stopped_at >= 0, self.stopped_at + 1, width).clamp(max=width)
 
 
 def _completion_mask(completion: torch.Tensor, eos_ids: list[int], pad_id: int, stop_strings: bool) -> torch.Tensor:

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import dataclasses
+
 import pytest
 import torch
 from transformers import AutoModelForCausalLM, AutoTokenizer
@@ -239,8 +241,13 @@ def test_chat_template_renders_prompts(tiny_dir):
                                                add_generation_prompt=True)
 
 
-def test_stop_strings_end_completions_and_generation_kwargs_pass_through(tiny_dir):
+@pytest.mark.parametrize("pad_is_eos", [False, True], ids=["pad!=eos", "pad==eos"])
+def test_stop_strings_end_completions_and_generation_kwargs_pass_through(tiny_dir, pad_is_eos):
+    """With pad == EOS (the fallback of many tokenizers) the pad after a stop string was scored as an EOS."""
     model, tok = load(tiny_dir)
+    if pad_is_eos:
+        tok.pad_token = tok.eos_token
+    assert (tok.pad_token_id == tok.eos_token_id) == pad_is_eos
     settings = GenerationSettings(max_new_tokens=24, temperature=1.0, top_p=1.0, top_k=None, stop_strings=["e"],
                                   generation_kwargs={"repetition_penalty": 1.0})
     engine = RolloutEngine([model], [tok], settings)
@@ -254,6 +261,65 @@ def test_stop_strings_end_completions_and_generation_kwargs_pass_through(tiny_di
         # The completion ends with the token that completed the stop string: nothing after it is scored.
         assert "e" in tok.decode(batch.completion_ids[i, n - 1:n])
         assert "e" not in tok.decode(batch.completion_ids[i, : n - 1])
+        assert int(batch.completion_ids[i, n - 1]) != tok.eos_token_id  # no phantom EOS
+
+
+class StopAfter:
+    """A user stopping criterion: row r stops after `counts[r]` new tokens; records when it fired."""
+
+    def __init__(self, prompt_width, counts):
+        self.prompt_width, self.counts = prompt_width, torch.tensor(counts)
+
+    def __call__(self, input_ids, scores, **kwargs):
+        return (input_ids.shape[1] - self.prompt_width) >= self.counts
+
+
+def _first(ids: torch.Tensor, token_ids: list[int]) -> int | None:
+    hits = torch.isin(ids, torch.tensor(token_ids)).nonzero()
+    return int(hits[0]) if len(hits) else None
+
+
+def test_rows_stopped_by_a_user_stopping_criterion_score_exactly_their_sampled_tokens(tiny_dir):
+    """The mask looked only for the model's EOS: 56 never-sampled pad tokens of 8 rows were scored."""
+    from transformers import StoppingCriteriaList
+
+    model, tok = load(tiny_dir)
+    prompts = ["def main():", "import os"]
+    width = tok(prompts, return_tensors="pt", padding=True)["input_ids"].shape[1]
+    counts = [2, 3, 4, 5, 6, 7, 8, 9]  # rows are prompt-major: 4 samples of each prompt
+    settings = GenerationSettings(max_new_tokens=12, temperature=1.0, top_p=1.0, top_k=None, generation_kwargs={
+        "stopping_criteria": StoppingCriteriaList([StopAfter(width, counts)])})
+    torch.manual_seed(0)
+    batch = RolloutEngine([model], [tok], settings).generate(0, prompts, num_samples=4)
+    eos = RolloutEngine([model], [tok], settings)._eos_ids(0)
+    for r, count in enumerate(counts):
+        first_eos = _first(batch.completion_ids[r], eos)
+        expected = count if first_eos is None else min(count, first_eos + 1)
+        assert int(batch.completion_mask[r].sum()) == expected, r
+    assert batch.completion_mask.sum() < 8 * batch.completion_ids.shape[1]
+
+
+def test_an_eos_token_id_override_ends_completions_at_that_token(tiny_dir):
+    model, tok = load(tiny_dir)
+    plain = GenerationSettings(max_new_tokens=16, temperature=1.0, top_p=1.0, top_k=None,
+                               generation_kwargs={"num_beams": 1})  # through generate, as the override below
+    torch.manual_seed(0)
+    first = RolloutEngine([model], [tok], plain).generate(0, ["def main():", "import os"], num_samples=4)
+    sampled = first.completion_ids[first.completion_mask.bool()]
+    stop = int(sampled.bincount().argmax())  # the most frequent sampled token becomes an EOS
+    assert stop != tok.pad_token_id
+    settings = dataclasses.replace(plain, generation_kwargs={"num_beams": 1, "eos_token_id": [stop]})
+    torch.manual_seed(0)
+    batch = RolloutEngine([model], [tok], settings).generate(0, ["def main():", "import os"], num_samples=4)
+    ended = 0
+    for r in range(len(batch)):
+        n, at = int(batch.completion_mask[r].sum()), _first(batch.completion_ids[r], [stop])
+        if at is None:
+            assert n == 16  # never stopped: every token was sampled
+        else:
+            assert n == at + 1  # through the overriding EOS, and not one pad more
+            ended += 1
+    assert ended
 
 
 def test_greedy_generation_is_deterministic(tiny_dir):
