@@ -46,6 +46,7 @@ from learners.base import (
 )
 from learners.reinforce import policy_loss
 from learners.rollout import Rollout, SampleBatch, completion_logprobs, rollout_metrics
+from rewards.models import encode_joint_texts
 
 __all__ = [
     "CausalLMWithValueHead",
@@ -131,6 +132,17 @@ class IACConfig(_ActorCriticConfig):
 @dataclasses.dataclass
 class MAACConfig(_ActorCriticConfig):
     """MAAC settings; the critic head size comes from `model_config["critic_value_head_hidden_dim"]`."""
+
+    critic_max_length: int | None = None
+    """Tokens of the joint text the centralized critic reads, keeping the last ones; None: all of it.
+    Separate from `max_prompt_length` (one agent's prompt): the joint text holds every agent's."""
+
+    def __post_init__(self) -> None:
+        super().__post_init__()
+        if self.critic_max_length is not None and (isinstance(self.critic_max_length, bool)
+                                                   or not isinstance(self.critic_max_length, int)
+                                                   or self.critic_max_length < 1):
+            raise ValueError(f"critic_max_length must be a positive int or None, got {self.critic_max_length!r}.")
 
 
 # ----- value heads ------------------------------------------------------------------------
@@ -516,11 +528,10 @@ class MAAC(_ActorCritic):
         return texts
 
     def _joint_values(self, texts: list[str]) -> torch.Tensor:
-        critic, tok = self.critics[0], self.tokenizers[0]
-        enc = tok(texts, return_tensors="pt", padding=True, padding_side="left", truncation=self.args.max_prompt_length is not None,
-                  max_length=self.args.max_prompt_length)
-        hidden = CausalLMWithValueHead.hidden_states(critic, enc["input_ids"].to(critic.device),
-                                                     enc["attention_mask"].to(critic.device))
+        """Values of joint texts, each cut to its last `critic_max_length` tokens (as the reward model cuts)."""
+        critic = self.critics[0]
+        ids, mask = encode_joint_texts(self.tokenizers[0], texts, self.args.critic_max_length)
+        hidden = CausalLMWithValueHead.hidden_states(critic, ids.to(critic.device), mask.to(critic.device))
         return critic.value_head(hidden[:, -1]).float()
 
     def critic_values(self, rollout: Rollout) -> torch.Tensor:

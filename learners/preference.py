@@ -111,6 +111,7 @@ class MARLHFConfig(MAGRPOConfig):
     value_clip_range: float | None = 0.2
     critic_value_head_hidden_dim: int | None = None
     value_head_hidden_dim: int | None = None
+    critic_max_length: int | None = None
     gae_lambda: float = 0.95
     ppo_epochs: int = 1
 

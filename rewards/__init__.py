@@ -3,7 +3,7 @@
 from rewards.calling import RewardFunctionError, call_reward_function
 from rewards.code import ExecutionResult, execute, execute_many
 from rewards.functions import exact_match, length_ratio, word_overlap
-from rewards.models import RewardModel, bradley_terry_loss, joint_text
+from rewards.models import RewardModel, bradley_terry_loss, encode_joint_texts, joint_text
 from rewards.text import (
     char_similarity,
     defines_function,
@@ -24,6 +24,7 @@ __all__ = [
     "call_reward_function",
     "char_similarity",
     "defines_function",
+    "encode_joint_texts",
     "exact_match",
     "execute",
     "execute_many",

@@ -19,13 +19,36 @@ import torch
 from torch import nn
 from transformers import AutoModelForCausalLM, AutoTokenizer, PreTrainedTokenizerBase
 
-__all__ = ["RewardModel", "bradley_terry_loss", "joint_text"]
+__all__ = ["RewardModel", "bradley_terry_loss", "encode_joint_texts", "joint_text"]
 
 
 def joint_text(state: str, completions: Sequence[str]) -> str:
     """The reward model's input: the env's joint state text, then each agent's answer."""
     answers = "\n".join(f"[agent_{i} action]\n{c}" for i, c in enumerate(completions))
     return f"{state}\n\n[joint action]\n{answers}"
+
+
+def encode_joint_texts(
+    tokenizer: PreTrainedTokenizerBase, texts: Sequence[str], max_length: int | None = None
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """Token ids and attention mask `(B, L)` of joint texts, left-padded, each cut to its last `max_length` tokens.
+
+    The answers come last in a joint text, so a long one loses its beginning, never its answers: cutting
+    from the right (the tokenizer's default side) would score two texts that differ only in their
+    answers alike. Done here, not through the tokenizer's `truncation_side`, so a shared tokenizer's
+    settings cannot change it. The reward model and MAAC's centralized critic read texts this way.
+    """
+    rows = tokenizer(list(texts))["input_ids"]
+    if max_length is not None:
+        rows = [r[-max_length:] for r in rows]
+    width = max((len(r) for r in rows), default=0)
+    ids = torch.full((len(rows), width), tokenizer.pad_token_id, dtype=torch.long)
+    mask = torch.zeros((len(rows), width), dtype=torch.long)
+    for i, r in enumerate(rows):
+        if r:
+            ids[i, width - len(r):] = torch.tensor(r)
+            mask[i, width - len(r):] = 1
+    return ids, mask
 
 
 def bradley_terry_loss(winner_scores: torch.Tensor, loser_scores: torch.Tensor) -> torch.Tensor:
@@ -92,23 +115,8 @@ class RewardModel(nn.Module):
         return self.reward_head(hidden[:, -1]).squeeze(-1).float()  # left padding: the last token is real
 
     def encode(self, texts: Sequence[str]) -> tuple[torch.Tensor, torch.Tensor]:
-        """Token ids and attention mask `(B, L)` on the model's device, padded on the left.
-
-        A text longer than `max_length` tokens keeps its last `max_length`: the answers come last in a
-        joint text, and cutting from the right (the tokenizer's default side) would score two texts that
-        differ only in their answers alike. Done here, not through the tokenizer's `truncation_side`, so
-        a shared tokenizer's settings cannot change it.
-        """
-        rows = self.tokenizer(list(texts))["input_ids"]
-        if self.max_length is not None:
-            rows = [r[-self.max_length:] for r in rows]
-        width = max((len(r) for r in rows), default=0)
-        ids = torch.full((len(rows), width), self.tokenizer.pad_token_id, dtype=torch.long)
-        mask = torch.zeros((len(rows), width), dtype=torch.long)
-        for i, r in enumerate(rows):
-            if r:
-                ids[i, width - len(r):] = torch.tensor(r)
-                mask[i, width - len(r):] = 1
+        """Token ids and attention mask `(B, L)` on the model's device: `encode_joint_texts` with `max_length`."""
+        ids, mask = encode_joint_texts(self.tokenizer, texts, self.max_length)
         return ids.to(self.device), mask.to(self.device)
 
     @torch.no_grad()

@@ -325,3 +325,27 @@ def test_resume_is_bit_identical(tiny_dir, tmp_path, variant):
         other = resumed.checkpoint_modules()[name].state_dict()
         for key, value in module.state_dict().items():
             assert torch.equal(value, other[key]), (name, key)
+
+
+# ----- the centralized critic's input ---------------------------------------------------------------
+
+
+def test_maac_critic_reads_every_agents_observation_whatever_max_prompt_length(tiny_dir):
+    """`max_prompt_length` (one agent's prompt limit) used to cut the joint text from the left: with prompts
+    of 22 tokens and a limit of 32, two states that differed only in agent 0's observation got one value."""
+    trainer = MAACTrainer(agent_model=tiny_dir, num_agents=2, critic_model=tiny_dir, reward_func=reward_func,
+                          train_dataset=train_dataset, args=MAACConfig(max_prompt_length=32, **FAST))
+    tok = trainer.tokenizers[0]
+    obs = "How many words does this short question have in it, counting every one?"
+    states = [f"[agent_0]\n{first} {obs}\n\n[agent_1]\n{obs}" for first in ("Alpha", "Omega")]
+    assert len(tok(obs)["input_ids"]) <= 32 < len(tok(states[0])["input_ids"])  # each prompt fits, the joint text not
+    def value(state):  # one row at a time: a batch's rows may differ in the last bits
+        with torch.no_grad():
+            return float(trainer._joint_values([state])[0])
+
+    assert abs(value(states[0]) - value(states[1])) > 1e-3  # seen: -0.0617 vs -0.0579
+    # critic_max_length is the critic's own limit, applied explicitly: the last tokens are kept.
+    trainer.args.critic_max_length = 12
+    assert value(states[0]) == value(states[1])  # the difference lies before the last 12 tokens
+    with pytest.raises(ValueError, match="critic_max_length must be a positive int or None, got 0"):
+        MAACConfig(critic_max_length=0)
