@@ -26,6 +26,7 @@ parser.add_argument("--out", default="outputs/distributed")
 parser.add_argument("--epochs", type=int, default=2)
 parser.add_argument("--resume", default=None, help="a checkpoint-* directory to continue from")
 parser.add_argument("--beams", action="store_true", help="deterministic beam-search rollouts (for tests)")
+parser.add_argument("--train-batch-size", type=int, default=None, help="groups per optimizer step, over all ranks")
 args = parser.parse_args()
 
 dist.init_process_group("nccl" if torch.cuda.is_available() else "gloo")
@@ -40,6 +41,7 @@ config = MAGRPOConfig(
     episodes_per_epoch=8,
     num_generations=2 if args.beams else 4,
     rollout_buffer_size=4,  # global: 2 task instances per rank per rollout
+    train_batch_size=args.train_batch_size,  # global too: the steps per rollout do not depend on the ranks
     max_new_tokens=8,
     temperature=1.0,
     top_p=1.0,
@@ -56,5 +58,7 @@ learner.save_model(os.path.join(args.out, "agents"))
 
 digest = hashlib.sha256(b"".join(p.detach().numpy().tobytes() for a in learner.agents for p in a.parameters()))
 with open(os.path.join(args.out, f"weights-rank{rank}.json"), "w") as f:
-    json.dump({"rank": rank, "sha256": digest.hexdigest(), "epoch": learner.epoch, "env_steps": learner.env_steps}, f)
+    steps = int(next(iter(learner.optimizers[0].state.values()))["step"])  # AdamW's step count
+    json.dump({"rank": rank, "sha256": digest.hexdigest(), "epoch": learner.epoch, "env_steps": learner.env_steps,
+               "optimizer_steps": steps}, f)
 dist.destroy_process_group()

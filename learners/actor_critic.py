@@ -44,8 +44,9 @@ from learners.base import (
     save_pretrained_with_head,
     seed_everything,
 )
-from learners.reinforce import policy_loss
+from learners.reinforce import POLICY_STATS, policy_loss, policy_stats
 from learners.rollout import Rollout, SampleBatch, completion_logprobs, rollout_metrics
+from learners.sampling import token_logprobs
 from rewards.models import encode_joint_texts
 
 __all__ = [
@@ -254,7 +255,6 @@ class _ActorCritic(Learner):
         rollout = self._relabel(rollout)
         self.env_steps += int(self.dist.sum(rollout.num_joint_actions))
         t0 = time.perf_counter()
-        chunks = self._even_chunks(self._minibatches(rollout.num_samples))
         old_values = self.critic_values(rollout)  # (C, S): C = agents (IAC) or 1 (MAAC)
         rewards = self.critic_rewards(rollout)
         adv, targets = gae_advantages(rewards, old_values, rollout.next_index, rollout.turn, cfg.discount,
@@ -262,10 +262,11 @@ class _ActorCritic(Learner):
         actor_adv = adv if adv.shape[0] == self.num_agents else adv.expand(self.num_agents, -1)
         if cfg.advantage_normalization:
             actor_adv = normalize_per_turn(actor_adv, rollout.turn)
-        reuse = cfg.ppo_epochs > 1 or len(chunks) > 1
+        passes = [self._minibatches(rollout.num_samples, p) for p in range(cfg.ppo_epochs)]  # reshuffled each pass
+        reuse = sum(len(chunks) for chunks in passes) > 1
         old_logprobs = [self._old_logprobs(a, rollout) for a in range(self.num_agents)] if reuse else None
         metrics: dict[str, float] = {}
-        for _ in range(cfg.ppo_epochs):
+        for chunks in passes:
             for idx in chunks:
                 metrics.update(self.update(rollout, idx, actor_adv, old_logprobs, old_values, targets))
         metrics["perf/seconds_update"] = time.perf_counter() - t0
@@ -280,13 +281,15 @@ class _ActorCritic(Learner):
         """One optimizer step of actor `a` on the samples `idx` (`adv`: `(A, S)`)."""
         model, optimizer = self.agents[a], self.optimizers[a]
 
-        def loss_fn(micro: torch.Tensor) -> torch.Tensor:
+        def loss_fn(micro: torch.Tensor) -> tuple[torch.Tensor, ...]:
             batch = rollout.samples[a].select(micro)
-            return self._policy_loss(a, micro, batch, completion_logprobs(model, batch), adv, old_logprobs)
+            logprobs = completion_logprobs(model, batch, self.logprob_temperature)
+            return self._policy_loss(a, micro, batch, logprobs, adv, old_logprobs)
 
-        norm, loss = self._accumulated_step(model, optimizer, idx, loss_fn)
+        norm, loss, *stats = self._accumulated_step(model, optimizer, idx, loss_fn)
         return {f"train/agent_{a}/loss": loss, f"train/agent_{a}/grad_norm": norm,
-                f"train/agent_{a}/learning_rate": optimizer.param_groups[0]["lr"]}
+                f"train/agent_{a}/learning_rate": optimizer.param_groups[0]["lr"],
+                **{f"train/agent_{a}/{name}": x for name, x in zip(POLICY_STATS, stats)}}
 
     def critic_step(self, c: int, rollout: Rollout, idx: torch.Tensor, old_values: torch.Tensor,
                     targets: torch.Tensor) -> dict[str, float]:
@@ -301,13 +304,15 @@ class _ActorCritic(Learner):
         return {f"train/critic_{c}/loss": loss, f"train/critic_{c}/grad_norm": norm}
 
     def _policy_loss(self, a: int, idx: torch.Tensor, batch: SampleBatch, logprobs: torch.Tensor, adv: torch.Tensor,
-                     old_logprobs: list[torch.Tensor] | None) -> torch.Tensor:
-        """Clipped policy loss of agent `a` on the samples `idx` (`batch`, `logprobs`: their rows; `adv`: `(A, S)`);
-        the ratio is 1 without old log-probs."""
+                     old_logprobs: list[torch.Tensor] | None) -> tuple[torch.Tensor, ...]:
+        """Clipped policy loss of agent `a` on the samples `idx` (`batch`, `logprobs`: their rows; `adv`: `(A, S)`),
+        then the `policy_stats`; the ratio is 1 without old log-probs."""
         cfg: _ActorCriticConfig = self.args
         old = logprobs.detach() if old_logprobs is None else old_logprobs[a][idx][:, : logprobs.shape[1]]
-        return policy_loss(logprobs, old.to(logprobs.device), adv[a, idx].to(logprobs.device),
-                           batch.completion_mask.to(logprobs.device), cfg.clip_range, cfg.length_normalization)
+        old, advantages = old.to(logprobs.device), adv[a, idx].to(logprobs.device)
+        mask = batch.completion_mask.to(logprobs.device)
+        loss = policy_loss(logprobs, old, advantages, mask, cfg.clip_range, cfg.length_normalization)
+        return loss, *policy_stats(logprobs, old, advantages, mask, cfg.clip_range)
 
     def _value_loss(self, c: int, idx: torch.Tensor, values: torch.Tensor, old_values: torch.Tensor,
                     targets: torch.Tensor) -> torch.Tensor:
@@ -324,12 +329,6 @@ class _ActorCritic(Learner):
         return {}
 
     # ----- shared helpers ------------------------------------------------------------------
-
-    def _minibatches(self, num_samples: int) -> list[torch.Tensor]:
-        size = self.args.train_batch_size or num_samples
-        gen = torch.Generator().manual_seed(self.args.seed * 7919 + self.rollouts_done)
-        order = torch.randperm(num_samples, generator=gen)
-        return [order[i:i + size] for i in range(0, num_samples, size)]
 
     def _critic_optimizers(self) -> None:
         cfg: _ActorCriticConfig = self.args
@@ -441,10 +440,9 @@ class IAC(_ActorCritic):
         logprobs = None
         if with_logprobs:
             T = batch.completion_ids.shape[1]
-            logits = model.get_output_embeddings()(hidden[:, P - 1:P + T - 1]).float()
-            completion = batch.completion_ids.to(device)
-            picked = logits.gather(-1, completion.unsqueeze(-1)).squeeze(-1)
-            logprobs = (picked - logits.logsumexp(-1)) * batch.completion_mask.to(device)
+            logits = model.get_output_embeddings()(hidden[:, P - 1:P + T - 1])
+            logprobs = token_logprobs(logits, batch.completion_ids.to(device), self.logprob_temperature)
+            logprobs = logprobs * batch.completion_mask.to(device)
         return values.float(), logprobs
 
     def update(self, rollout: Rollout, idx: torch.Tensor, adv: torch.Tensor, old_logprobs: list | None,
@@ -476,13 +474,14 @@ class IAC(_ActorCritic):
             batch = rollout.samples[a].select(micro)
             values, logprobs = self._values(a, batch, with_logprobs=True)
             critic_loss = self._value_loss(a, micro, values, old_values, targets)
-            actor_loss = self._policy_loss(a, micro, batch, logprobs, adv, old_logprobs)
-            return actor_loss + cfg.value_loss_coef * critic_loss, actor_loss, critic_loss
+            actor_loss, *stats = self._policy_loss(a, micro, batch, logprobs, adv, old_logprobs)
+            return actor_loss + cfg.value_loss_coef * critic_loss, actor_loss, critic_loss, *stats
 
-        norm, _, actor_loss, critic_loss = self._accumulated_step(model, optimizer, idx, loss_fn)
+        norm, _, actor_loss, critic_loss, *stats = self._accumulated_step(model, optimizer, idx, loss_fn)
         return {f"train/agent_{a}/loss": actor_loss, f"train/agent_{a}/grad_norm": norm,
                 f"train/agent_{a}/learning_rate": optimizer.param_groups[0]["lr"],
-                f"train/critic_{a}/loss": critic_loss}
+                f"train/critic_{a}/loss": critic_loss,
+                **{f"train/agent_{a}/{name}": x for name, x in zip(POLICY_STATS, stats)}}
 
     def _save_extra_models(self, output_dir: str) -> None:
         """Separate critics go to `agent_{i}/critic/` (with `value_head.pt`); shared heads are saved with the agent."""

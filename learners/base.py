@@ -64,6 +64,10 @@ class LearnerConfig:
     top_p: float = 0.6
     top_k: int | None = 50
     """Top-k sampling; None disables it."""
+    tempered_logprobs: bool = True
+    """Score sampled tokens under softmax(z / temperature), the distribution they were drawn from (before
+    top-k/top-p), in the ratio and the gradient, as TRL does; False: under the raw softmax(z), as the
+    reference library does. Measured in docs/DESIGN.md (Policy-gradient details)."""
     early_termination_threshold: float | None = None
     """End a multi-turn episode once a turn's mean reward exceeds this (default off; the reference's -0.2
     silently disabled later turns for non-negative rewards)."""
@@ -72,7 +76,9 @@ class LearnerConfig:
     rollout_buffer_size: int = 2
     """Task instances rolled out together (one batched generate per agent per turn)."""
     train_batch_size: int | None = None
-    """Groups (tree nodes or task instances per turn) per optimizer step; None = all groups of a rollout."""
+    """Per optimizer step: groups (MAGRPO: tree nodes or task instances per turn) or samples (IAC, MAAC);
+    None = all of a rollout. It counts the global minibatch: under torchrun each rank takes an equal share,
+    so the optimizer steps per rollout do not depend on the number of processes."""
     gradient_accumulation_steps: int = 1
     """Micro-batches per optimizer step: each minibatch is split into this many parts (as even as possible, in
     order; fewer when it has fewer samples), each forwarded and backwarded on its own, then one optimizer step.
@@ -253,6 +259,7 @@ class Learner(abc.ABC):
             max_new_tokens=cfg.max_new_tokens, temperature=cfg.temperature, top_p=cfg.top_p, top_k=cfg.top_k,
             use_chat_template=cfg.use_chat_template, stop_strings=cfg.stop_strings,
             max_prompt_length=cfg.max_prompt_length, generation_kwargs=dict(cfg.generation_kwargs),
+            logprob_temperature=self.logprob_temperature,
         ))
         self.optimizers = [self._optimizer(m.parameters(), cfg.agent_learning_rate) for m in self.agents]
         self.schedulers = [self._scheduler(o) for o in self.optimizers]
@@ -339,11 +346,13 @@ class Learner(abc.ABC):
                 self.logger.wandb_config = {**saved, **wandb_cfg, "id": identity["id"], "resume": "allow"}
         ckpt.start()
         if self.dist.enabled and (cfg.rollout_buffer_size % self.dist.world_size
-                                  or self._epoch_size(self.env) % self.dist.world_size):
+                                  or self._epoch_size(self.env) % self.dist.world_size
+                                  or (cfg.train_batch_size or 0) % self.dist.world_size):
             raise ValueError(
-                f"with {self.dist.world_size} ranks, rollout_buffer_size ({cfg.rollout_buffer_size}) and the epoch "
-                f"size ({self._epoch_size(self.env)}) must be multiples of the world size so that every rank gets "
-                "an equal shard; change them or the number of processes."
+                f"with {self.dist.world_size} ranks, rollout_buffer_size ({cfg.rollout_buffer_size}), the epoch "
+                f"size ({self._epoch_size(self.env)}) and train_batch_size ({cfg.train_batch_size}) must be "
+                "multiples of the world size so that every rank gets an equal shard; change them or the number "
+                "of processes."
             )
         batches_per_epoch = math.ceil(self._epoch_size(self.env) / cfg.rollout_buffer_size)
         total = cfg.num_train_epochs * batches_per_epoch
@@ -492,6 +501,11 @@ class Learner(abc.ABC):
 
     # ----- helpers for subclasses -----------------------------------------------
 
+    @property
+    def logprob_temperature(self) -> float:
+        """The softmax temperature the losses score tokens at: the sampling temperature when `tempered_logprobs`."""
+        return self.args.temperature if self.args.tempered_logprobs else 1.0
+
     def _autocast(self) -> torch.autocast:
         """bfloat16 autocast on the agents' device type when `mixed_precision="bf16"` (else a no-op)."""
         return torch.autocast(self.devices[0].type, dtype=torch.bfloat16, enabled=self.args.mixed_precision == "bf16")
@@ -500,7 +514,9 @@ class Learner(abc.ABC):
         """log pi_old of agent `a`'s sampled tokens `(S, T)`: as kept by the sampling loop, or (after a
         `generate` fallback) from one batched no-grad forward."""
         samples = rollout.samples[a]
-        return samples.logprobs if samples.logprobs is not None else sampled_logprobs(self.agents[a], samples)
+        if samples.logprobs is not None:
+            return samples.logprobs
+        return sampled_logprobs(self.agents[a], samples, temperature=self.logprob_temperature)
 
     def _accumulated_step(self, model: torch.nn.Module, optimizer: torch.optim.Optimizer, idx: torch.Tensor,
                           loss_fn: Callable[[torch.Tensor], _LossTerms]) -> tuple[float, ...]:
@@ -531,6 +547,18 @@ class Learner(abc.ABC):
         norm = clip_grad(model, self.args.max_grad_norm)
         optimizer.step()
         return norm
+
+    def _minibatches(self, n: int, pass_index: int = 0) -> list[torch.Tensor]:
+        """This rank's minibatches of its `n` local items (groups or samples) for one pass over a rollout.
+
+        A seeded shuffle, fresh for every pass (`ppo_epochs`) and rollout: a function of the seed, the
+        rollout counter and the pass only, so a resumed run repeats it. Each holds this rank's share of
+        `train_batch_size` (which counts the global minibatch), padded so all ranks step together.
+        """
+        size = self.args.train_batch_size // self.dist.world_size if self.args.train_batch_size else max(n, 1)
+        gen = torch.Generator().manual_seed(self.args.seed * 7919 + self.rollouts_done + 1_000_003 * pass_index)
+        order = torch.randperm(n, generator=gen)
+        return self._even_chunks([order[i:i + size] for i in range(0, n, size)])
 
     def _even_chunks(self, chunks: list[torch.Tensor]) -> list[torch.Tensor]:
         """Pad with empty minibatches so every rank takes the same number of optimizer steps."""

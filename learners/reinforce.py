@@ -33,11 +33,14 @@ __all__ = [
     "MAGRPO",
     "MAGRPOConfig",
     "MAGRPOTrainer",
+    "POLICY_STATS",
     "group_relative_advantages",
     "policy_loss",
+    "policy_stats",
 ]
 
 ADVANTAGE_MODES = ("mean", "raw", "max", "rloo")
+POLICY_STATS = ("surrogate", "clip_fraction", "approx_kl", "entropy")
 
 
 @dataclasses.dataclass
@@ -151,6 +154,28 @@ def policy_loss(
     return -per_sequence.mean()
 
 
+def policy_stats(
+    logprobs: torch.Tensor, old_logprobs: torch.Tensor, advantages: torch.Tensor, mask: torch.Tensor,
+    clip_range: float = 0.2,
+) -> torch.Tensor:
+    """Diagnostics of a policy step `(4,)`, in `POLICY_STATS` order: token means over the mask, no gradients.
+
+    surrogate: min(rho A, clip(rho, 1 +- eps) A), the clipped objective per token; clip_fraction: the
+    share of tokens with |rho - 1| > eps; approx_kl: (rho - 1) - log rho, an estimate of KL(pi_old || pi)
+    that is >= 0 token by token; entropy: -log pi_old of the sampled tokens, a Monte-Carlo estimate of the
+    sampling policy's per-token entropy. At rho = 1 (a rollout's first step) clip_fraction = approx_kl = 0.
+    Example: log rho = [log 1.5, 0], A = 1, eps 0.2 -> surrogate (1.2 + 1) / 2, clip_fraction 0.5.
+    """
+    with torch.no_grad():
+        log_ratio = logprobs - old_logprobs
+        ratio = log_ratio.exp()
+        adv = advantages[:, None]
+        surrogate = torch.minimum(ratio * adv, ratio.clamp(1 - clip_range, 1 + clip_range) * adv)
+        terms = torch.stack([surrogate, ((ratio - 1).abs() > clip_range).float(), ratio - 1 - log_ratio,
+                             -old_logprobs])
+        return (terms * mask).sum((1, 2)) / mask.sum().clamp(min=1)
+
+
 class MAGRPO(Learner):
     """Multi-agent GRPO on environment rollouts; see the module docstring for the objective."""
 
@@ -185,7 +210,9 @@ class MAGRPO(Learner):
         rollout = self._relabel(rollout)
         self.env_steps += int(self.dist.sum(rollout.num_joint_actions))
         t0 = time.perf_counter()
-        chunks = self._even_chunks(self._minibatches(rollout))
+        groups = torch.unique(rollout.group)
+        chunks = [torch.nonzero(torch.isin(rollout.group, groups[part])).squeeze(1)
+                  for part in self._minibatches(len(groups))]
         need_old = len(chunks) > 1 or cfg.reference_kl_enabled
         old = [self._old_logprobs(a, rollout) for a in range(self.num_agents)] if need_old else None
         returns, kl = rollout.returns, None
@@ -207,25 +234,28 @@ class MAGRPO(Learner):
         def update_agent(a: int) -> dict[str, float]:
             model, optimizer = self.agents[a], self.optimizers[a]
 
-            def loss_fn(micro: torch.Tensor) -> torch.Tensor:
+            def loss_fn(micro: torch.Tensor) -> tuple[torch.Tensor, ...]:
                 batch = rollout.samples[a].select(micro)
-                logprobs = completion_logprobs(model, batch)
+                logprobs = completion_logprobs(model, batch, self.logprob_temperature)
                 mask = batch.completion_mask.to(logprobs.device)
                 old_lp = logprobs.detach() if old is None else old[a][micro][:, : logprobs.shape[1]].to(logprobs.device)
-                return policy_loss(logprobs, old_lp, advantages[a, micro].to(logprobs.device), mask,
-                                   cfg.clip_range, cfg.length_normalization)
+                adv = advantages[a, micro].to(logprobs.device)
+                loss = policy_loss(logprobs, old_lp, adv, mask, cfg.clip_range, cfg.length_normalization)
+                return loss, *policy_stats(logprobs, old_lp, adv, mask, cfg.clip_range)
 
-            losses, norms = [], []
+            sums, steps, norms = [0.0] * (1 + len(POLICY_STATS)), 0, []
             for idx in chunks:
                 if len(idx) == 0:  # this rank has no groups left: join the others' step with zero gradients
                     norms.append(self._optimizer_step(model, optimizer, None, 0))
                     continue
-                norm, loss = self._accumulated_step(model, optimizer, idx, loss_fn)
+                norm, *terms = self._accumulated_step(model, optimizer, idx, loss_fn)
                 norms.append(norm)
-                losses.append(loss)
-            return {f"train/agent_{a}/loss": sum(losses) / max(len(losses), 1),
-                    f"train/agent_{a}/grad_norm": sum(norms) / len(norms),
-                    f"train/agent_{a}/learning_rate": optimizer.param_groups[0]["lr"]}
+                sums, steps = [x + t for x, t in zip(sums, terms)], steps + 1
+            names = ["loss", *POLICY_STATS]
+            metrics = {f"train/agent_{a}/{n}": x / max(steps, 1) for n, x in zip(names, sums)}
+            metrics.update({f"train/agent_{a}/grad_norm": sum(norms) / len(norms),
+                            f"train/agent_{a}/learning_rate": optimizer.param_groups[0]["lr"]})
+            return metrics
 
         # Agents on their own accelerators update concurrently (never under torchrun: collectives stay ordered).
         concurrent = self.engine.concurrent and not self.dist.enabled
@@ -236,18 +266,9 @@ class MAGRPO(Learner):
 
     # ----- helpers ------------------------------------------------------------------
 
-    def _minibatches(self, rollout: Rollout) -> list[torch.Tensor]:
-        """Sample indices of each optimizer step: `train_batch_size` groups each, in a seeded order."""
-        groups = torch.unique(rollout.group)
-        size = self.args.train_batch_size or len(groups)
-        gen = torch.Generator().manual_seed(self.args.seed * 7919 + self.rollouts_done)
-        groups = groups[torch.randperm(len(groups), generator=gen)]
-        return [torch.nonzero(torch.isin(rollout.group, groups[i:i + size])).squeeze(1)
-                for i in range(0, len(groups), size)]
-
     def _reference_kl(self, rollout: Rollout, agent: int, logprobs: torch.Tensor) -> torch.Tensor:
         """k3 estimate per sample: sum_t exp(ref - pi) - (ref - pi) - 1 over completion tokens."""
-        ref = sampled_logprobs(self.reference_models[agent], rollout.samples[agent])
+        ref = sampled_logprobs(self.reference_models[agent], rollout.samples[agent], temperature=self.logprob_temperature)
         diff = ref - logprobs
         mask = rollout.samples[agent].completion_mask
         return ((diff.exp() - diff - 1) * mask).sum(-1)

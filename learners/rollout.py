@@ -42,7 +42,7 @@ from transformers import PreTrainedModel, PreTrainedTokenizerBase, StoppingCrite
 from transformers.generation.stopping_criteria import StopStringCriteria
 
 from comlrl_env.base import TextParallelEnv
-from learners.sampling import sample_completions, supports_lean_sampling
+from learners.sampling import sample_completions, supports_lean_sampling, token_logprobs
 
 __all__ = [
     "GenerationSettings",
@@ -70,6 +70,8 @@ class GenerationSettings:
     stop_strings: list[str] | None = None
     max_prompt_length: int | None = None
     generation_kwargs: dict[str, Any] = dataclasses.field(default_factory=dict)
+    logprob_temperature: float = 1.0
+    """The kept log-probs are under softmax(z / this): the learners' scoring temperature."""
 
 
 @dataclasses.dataclass
@@ -81,7 +83,8 @@ class SampleBatch:
     completion_ids: torch.Tensor  # (S, T) sampled ids, right-padded with the pad id
     completion_mask: torch.Tensor  # (S, T) 1 on sampled tokens up to and including EOS
     completions: list[str]  # (S,) decoded completions (special tokens skipped)
-    logprobs: torch.Tensor | None = None  # (S, T) log pi of each sampled token when sampled (0 off the mask)
+    logprobs: torch.Tensor | None = None  # (S, T) log pi of each sampled token when sampled (0 off the mask),
+    #                                       under softmax(z / GenerationSettings.logprob_temperature)
 
     def __len__(self) -> int:
         return len(self.completions)
@@ -146,8 +149,8 @@ class Rollout:
         return int(self.group.numel())
 
 
-def completion_logprobs(model: PreTrainedModel, batch: SampleBatch) -> torch.Tensor:
-    """Per-token log pi(completion token | prompt, previous tokens), 0 off the mask: `(S, T)`.
+def completion_logprobs(model: PreTrainedModel, batch: SampleBatch, temperature: float = 1.0) -> torch.Tensor:
+    """Per-token log softmax(z / temperature)(completion token | prompt, previous tokens), 0 off the mask: `(S, T)`.
 
     One forward over the whole batch; positions follow the attention mask as in
     `generate`, and logits are computed only for the completion positions.
@@ -163,18 +166,17 @@ def completion_logprobs(model: PreTrainedModel, batch: SampleBatch) -> torch.Ten
         position_ids=positions,
         logits_to_keep=T + 1,
         use_cache=False,
-    ).logits[:, :-1].float()
-    picked = logits.gather(-1, completion_ids.unsqueeze(-1)).squeeze(-1)
-    return (picked - logits.logsumexp(-1)) * batch.completion_mask.to(device)
+    ).logits[:, :-1]
+    return token_logprobs(logits, completion_ids, temperature) * batch.completion_mask.to(device)
 
 
-def sampled_logprobs(model: PreTrainedModel, batch: SampleBatch, rows: int = 16) -> torch.Tensor:
+def sampled_logprobs(model: PreTrainedModel, batch: SampleBatch, rows: int = 16, temperature: float = 1.0) -> torch.Tensor:
     """`completion_logprobs` without gradients, `rows` sequences per forward (bounds the logits' memory), on CPU."""
     out = torch.zeros(batch.completion_ids.shape, dtype=torch.float32)
     with torch.no_grad():
         for start in range(0, len(batch), rows):
             idx = torch.arange(start, min(start + rows, len(batch)))
-            part = completion_logprobs(model, batch.select(idx)).cpu()
+            part = completion_logprobs(model, batch.select(idx), temperature).cpu()
             out[idx, : part.shape[1]] = part
     return out
 
@@ -224,7 +226,8 @@ class RolloutEngine:
         if self._lean(agent):
             completion, logprobs = sample_completions(
                 model, ids, mask, num_samples, cfg.max_new_tokens, eos_ids, tok.pad_token_id,
-                temperature=None if greedy else cfg.temperature, top_k=cfg.top_k, top_p=cfg.top_p)
+                temperature=None if greedy else cfg.temperature, top_k=cfg.top_k, top_p=cfg.top_p,
+                logprob_temperature=cfg.logprob_temperature)
             completion_mask = _completion_mask(completion, eos_ids, tok.pad_token_id, stop_strings=False)
         else:
             completion, lengths = self._hf_generate(agent, ids, mask, num_samples, greedy, eos_ids)

@@ -9,9 +9,10 @@ with three differences that matter for RL:
 2. each step draws its token by inverse-CDF sampling, one uniform number per
    row, instead of `torch.multinomial`'s exponential race over the vocabulary
    (which needs V random numbers per row and took ~24% of decoding time on CPU);
-3. it returns log pi(y_t | x, y_<t) of every sampled token under the raw
-   (untempered) policy, the "old" log-probs of a PPO-style ratio, so learners
-   need no extra forward pass over the rollout.
+3. it returns log pi(y_t | x, y_<t) of every sampled token, the "old" log-probs
+   of a PPO-style ratio, so learners need no extra forward pass over the
+   rollout; `logprob_temperature` says under which softmax (the learners pass
+   the sampling temperature: see `LearnerConfig.tempered_logprobs`).
 
 Sampling distribution at each step, with logits z over the vocabulary:
 
@@ -34,7 +35,8 @@ import inspect
 import torch
 from transformers import GenerationConfig
 
-__all__ = ["filtered_probs", "sample_completions", "sample_tokens", "supports_lean_sampling"]
+__all__ = ["draw_tokens", "filtered_probs", "sample_completions", "sample_tokens", "supports_lean_sampling",
+           "token_logprobs"]
 
 # Generation-config fields that add a logits processor when they differ from the defaults.
 _PROCESSOR_FIELDS = (
@@ -44,6 +46,16 @@ _PROCESSOR_FIELDS = (
     "typical_p", "epsilon_cutoff", "eta_cutoff", "min_p", "renormalize_logits", "guidance_scale",
     "watermarking_config", "top_h",
 )
+
+
+def token_logprobs(logits: torch.Tensor, tokens: torch.Tensor, temperature: float = 1.0) -> torch.Tensor:
+    """log softmax(logits / temperature) at `tokens`: `(..., V)` logits and `(...)` ids give `(...)` float32.
+
+    The one log-prob gather of the library: the sampling loop, the learners' recomputation and IAC's
+    shared value head all score tokens here, so the ratio's two sides always agree.
+    """
+    z = logits.float() if temperature == 1.0 else logits.float() / temperature
+    return z.gather(-1, tokens.unsqueeze(-1)).squeeze(-1) - z.logsumexp(-1)
 
 
 def filtered_probs(logits: torch.Tensor, temperature: float, top_k: int | None, top_p: float) -> torch.Tensor:
@@ -77,6 +89,14 @@ def sample_tokens(probs: torch.Tensor, generator: torch.Generator | None = None)
     u = torch.rand(probs.shape[0], 1, generator=generator, device=probs.device, dtype=dtype)
     index = torch.searchsorted(cdf, u * cdf[:, -1:], right=True)
     return index.clamp_(max=probs.shape[-1] - 1).squeeze(-1)
+
+
+def draw_tokens(logits: torch.Tensor, temperature: float, top_k: int | None, top_p: float,
+                generator: torch.Generator | None = None) -> torch.Tensor:
+    """One token id per row of `logits` `(B, V)`, drawn from the filtered distribution of `filtered_probs`."""
+    probs, index = _candidates(logits, temperature, top_k, top_p)
+    token = sample_tokens(probs, generator)
+    return token if index is None else index.gather(-1, token[:, None]).squeeze(-1)
 
 
 def _base_model(model: torch.nn.Module) -> torch.nn.Module:
@@ -116,12 +136,13 @@ def sample_completions(
     temperature: float | None = 1.0,
     top_k: int | None = None,
     top_p: float = 1.0,
+    logprob_temperature: float = 1.0,
 ) -> tuple[torch.Tensor, torch.Tensor]:
     """Sample `num_samples` completions of each left-padded prompt (rows prompt-major: p * K + k).
 
     `temperature=None` decodes greedily. Returns `(ids, logprobs)`, both `(B * K, T)` with
-    T <= max_new_tokens: sampled ids (pad after a row's EOS) and log pi of each sampled token
-    under the raw logits (0 after EOS).
+    T <= max_new_tokens: sampled ids (pad after a row's EOS) and the log-prob of each sampled token
+    under softmax(logits / logprob_temperature) (0 after EOS).
     """
     cache_arg = _cache_argument(model)
     positions = (attention_mask.cumsum(1) - 1).clamp(min=0)
@@ -140,11 +161,9 @@ def sample_completions(
         if temperature is None:
             token = logits.argmax(-1)
         else:
-            probs, index = _candidates(logits, temperature, top_k, top_p)
-            token = sample_tokens(probs)
-            token = token if index is None else index.gather(-1, token[:, None]).squeeze(-1)
+            token = draw_tokens(logits, temperature, top_k, top_p)
         token = token.masked_fill(done, pad_id)
-        picked = logits.gather(-1, token[:, None]).squeeze(-1) - logits.logsumexp(-1)
+        picked = token_logprobs(logits, token, logprob_temperature)
         tokens.append(token)
         logprobs.append(picked.masked_fill(done, 0.0))
         done = done | torch.isin(token, eos)

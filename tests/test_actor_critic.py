@@ -290,13 +290,47 @@ def test_actor_critic_learners_raise_a_simple_reward(tiny_dir, learner):
     assert sum(gaps[-3:]) / 3 < sum(gaps[:3]) / 3, gaps
 
 
-def test_multi_turn_actor_critic_uses_next_turn_values(tiny_dir):
+def test_multi_turn_actor_critic_uses_next_turn_values(tiny_dir, monkeypatch):
+    """Each turn's target bootstraps from the critic's value of the same episode's next turn (GAE), and
+    the last turn's target is its reward."""
+    import learners.actor_critic as ac
+
+    calls = []
+
+    def recording_gae(rewards, values, next_index, turn, discount, lam):
+        out = gae_advantages(rewards, values, next_index, turn, discount, lam)
+        calls.append((rewards, values, next_index, turn, discount, lam, out))
+        return out
+
+    monkeypatch.setattr(ac, "gae_advantages", recording_gae)
     cfg = MAACConfig(num_train_epochs=1, num_turns=1, max_new_tokens=4, episodes_per_epoch=2, rollout_buffer_size=2,
                      num_generations=2, eval_interval=0, verbose=False, discount=0.9, gae_lambda=0.5, ppo_epochs=2,
                      train_batch_size=4)
     trainer = MAACTrainer(env="coop/GuessNumber-v1", agent_model=tiny_dir, num_agents=2, critic_model=tiny_dir, args=cfg)
-    metrics = trainer.learn()
-    assert "train/turn_2/reward_mean" in metrics and "train/critic_0/loss" in metrics
+    seen = []
+    original = trainer.critic_values
+    trainer.critic_values = lambda rollout: seen.append((rollout, original(rollout))) or seen[-1][1]
+    trainer.learn()
+    (rewards, values, nxt, turn, discount, lam, (adv, targets)), = calls
+    (rollout, critic_values), = seen
+    assert (discount, lam) == (0.9, 0.5) and values.shape == rewards.shape == (1, rollout.num_samples)
+    assert values is critic_values  # the critic's values of every row's state, before the update
+    linked = (nxt >= 0).nonzero().squeeze(1)
+    assert len(linked) > 0  # GuessNumber episodes last several turns
+    # next_index links a row to the same episode's following turn.
+    assert torch.equal(turn[nxt[linked]], turn[linked] + 1) and torch.equal(rollout.task[nxt[linked]], rollout.task[linked])
+    # Targets by hand, from the last turn back: y_t = r_t + 0.9 V_{t+1} + 0.9 * 0.5 * A_{t+1} (A = y - V).
+    expected = rewards[0].clone()
+    for t in sorted(turn.unique().tolist(), reverse=True):
+        for row in (turn == t).nonzero().squeeze(1).tolist():
+            n = int(nxt[row])
+            if n >= 0:
+                next_adv = expected[n] - values[0, n]
+                expected[row] = rewards[0, row] + 0.9 * values[0, n] + 0.45 * next_adv
+    assert torch.allclose(targets[0], expected, atol=1e-6)
+    last = nxt < 0
+    assert torch.allclose(targets[0, last], rewards[0, last], atol=1e-6)  # no bootstrap after an episode's end
+    assert not torch.allclose(targets[0, linked], rewards[0, linked])  # the others do bootstrap
 
 
 @pytest.mark.parametrize("variant", ["iac-separate", "iac-shared", "maac"])
@@ -349,3 +383,23 @@ def test_maac_critic_reads_every_agents_observation_whatever_max_prompt_length(t
     assert value(states[0]) == value(states[1])  # the difference lies before the last 12 tokens
     with pytest.raises(ValueError, match="critic_max_length must be a positive int or None, got 0"):
         MAACConfig(critic_max_length=0)
+
+
+def test_every_ppo_epoch_reshuffles_the_minibatches_with_a_seed(tiny_dir):
+    """They reused one order for every pass over a rollout."""
+    def minibatches():
+        trainer = IACTrainer(agent_model=tiny_dir, num_agents=2, reward_func=reward_func,
+                             train_dataset=train_dataset,
+                             args=IACConfig(**{**FAST, "num_generations": 4}, use_separate_critic=False,
+                                            train_batch_size=2, ppo_epochs=3))
+        seen = []
+        update = trainer.update
+        trainer.update = lambda rollout, idx, *rest: seen.append(idx.tolist()) or update(rollout, idx, *rest)
+        trainer.learn()  # one rollout: 2 task instances x 4 copies = 8 samples, 4 minibatches per pass
+        return seen
+
+    seen = minibatches()
+    passes = [sum(seen[i:i + 4], []) for i in (0, 4, 8)]
+    assert len(seen) == 12 and all(sorted(p) == list(range(8)) for p in passes)  # each pass covers every sample
+    assert len({tuple(p) for p in passes}) == 3  # a fresh order every pass
+    assert minibatches() == seen  # seeded: a rerun (or a resumed run) repeats it

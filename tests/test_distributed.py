@@ -65,6 +65,14 @@ def test_two_ranks_agree_with_one_process_over_the_same_global_batch(tmp_path):
         assert update > 0 and diff / update < 0.01, diff / update
 
 
+def test_train_batch_size_is_global_so_the_step_count_does_not_depend_on_the_ranks(tmp_path):
+    """It counted per rank: 2 ranks took half the optimizer steps of 1 process on the same data."""
+    two = torchrun(tmp_path / "two", "--epochs", "1", "--train-batch-size", "2")
+    one = torchrun(tmp_path / "one", "--epochs", "1", "--train-batch-size", "2", nproc=1)
+    # 8 task instances (groups) per epoch in 2 rollouts of 4; 2 groups per step: 4 steps either way.
+    assert two[0]["optimizer_steps"] == two[1]["optimizer_steps"] == one[0]["optimizer_steps"] == 4
+
+
 def test_a_two_rank_checkpoint_resumes_in_one_process(two_epochs, tmp_path):
     out, _ = two_epochs
     resumed = torchrun(tmp_path, "--epochs", "2", "--resume", str(out / "checkpoints" / "checkpoint-1"), nproc=1)

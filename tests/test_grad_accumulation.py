@@ -23,6 +23,7 @@ def space_reward(first, second):
 
 
 dataset = Dataset.from_list([{"prompt": "Question 0:"}])
+two_prompts = Dataset.from_list([{"prompt": "Question 0:"}, {"prompt": "Question 1:"}])
 
 
 # ----- the config and the helper ----------------------------------------------------------------
@@ -65,24 +66,28 @@ def test_accumulated_gradient_is_that_of_the_minibatch_mean():
 # ----- every learner: one step in micro-batches == one unsplit step ------------------------------------
 
 
-def _magrpo(**extra):
+def _magrpo(data=dataset, **extra):
     def build(tiny_dir, steps):
-        return MAGRPO(agent_model=tiny_dir, num_agents=2, reward_func=space_reward, train_dataset=dataset,
-                      args=MAGRPOConfig(**FAST, **extra, gradient_accumulation_steps=steps))
+        return MAGRPO(agent_model=tiny_dir, num_agents=2, reward_func=space_reward, train_dataset=data,
+                      args=MAGRPOConfig(**{**FAST, **extra}, gradient_accumulation_steps=steps))
     return build
 
 
-def _iac(separate):
+def _iac(separate, **extra):
     def build(tiny_dir, steps):
         return IAC(agent_model=tiny_dir, num_agents=2, critic_model=tiny_dir if separate else None,
                    reward_func=space_reward, train_dataset=dataset,
-                   args=IACConfig(**FAST, use_separate_critic=separate, gradient_accumulation_steps=steps))
+                   args=IACConfig(**{**FAST, **extra}, use_separate_critic=separate, gradient_accumulation_steps=steps))
     return build
 
 
-def _maac(tiny_dir, steps):
+def _maac(tiny_dir, steps, **extra):
     return MAAC(agent_model=tiny_dir, num_agents=2, critic_model=tiny_dir, reward_func=space_reward,
-                train_dataset=dataset, args=MAACConfig(**FAST, gradient_accumulation_steps=steps))
+                train_dataset=dataset, args=MAACConfig(**{**FAST, **extra}, gradient_accumulation_steps=steps))
+
+
+def _maac_several(tiny_dir, steps):
+    return _maac(tiny_dir, steps, train_batch_size=2, ppo_epochs=2)
 
 
 def _parameters(learner):
@@ -97,11 +102,17 @@ def _parameters(learner):
     (_iac(separate=True), 2),
     (_iac(separate=False), 3),
     (_maac, 2),
-], ids=["magrpo", "magrpo-old-logprobs", "iac-separate", "iac-shared", "maac"])
+    # Several minibatches per rollout: after the first step the ratio to the sampling policy is not 1.
+    (_magrpo(two_prompts, train_batch_size=1, num_generations=3, rollout_buffer_size=2, agent_learning_rate=1e-3), 2),
+    (_iac(True, train_batch_size=2, ppo_epochs=2, agent_learning_rate=1e-3), 2),  # 3 minibatches x 2 passes
+    (_iac(False, train_batch_size=3, agent_learning_rate=1e-3), 2),  # 3 + 2 samples
+    (_maac_several, 3),
+], ids=["magrpo", "magrpo-old-logprobs", "iac-separate", "iac-shared", "maac", "magrpo-2-minibatches",
+        "iac-separate-6-steps", "iac-shared-2-minibatches", "maac-6-steps"])
 def test_one_step_in_micro_batches_equals_the_unsplit_step(tiny_dir, build, steps):
     whole = build(tiny_dir, 1)
     initial = _parameters(whole)
-    whole_metrics = whole.learn()  # one task instance, one epoch: one rollout, one optimizer step per model
+    whole_metrics = whole.learn()  # one epoch: one rollout, one or several optimizer steps per model
     split = build(tiny_dir, steps)  # seeded alike: it samples the same rollout
     split_metrics = split.learn()
 
@@ -115,6 +126,8 @@ def test_one_step_in_micro_batches_equals_the_unsplit_step(tiny_dir, build, step
     assert norms
     for k in norms + losses:
         assert split_metrics[k] == pytest.approx(whole_metrics[k], rel=1e-4), k
+    if whole.args.train_batch_size:  # the later steps ran with a ratio != 1
+        assert whole_metrics["train/agent_0/approx_kl"] > 0
 
 
 def assert_same_updates(initial, expected, got):

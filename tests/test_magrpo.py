@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import math
 import os
 
 import pytest
@@ -10,7 +11,14 @@ import torch
 from datasets import Dataset
 from transformers import AutoModelForCausalLM, AutoTokenizer
 
-from learners.reinforce import MAGRPO, MAGRPOConfig, MAGRPOTrainer, group_relative_advantages, policy_loss
+from learners.reinforce import (
+    MAGRPO,
+    MAGRPOConfig,
+    MAGRPOTrainer,
+    group_relative_advantages,
+    policy_loss,
+    policy_stats,
+)
 
 FAST = dict(num_train_epochs=1, num_generations=2, max_new_tokens=4, temperature=1.0, top_p=1.0, top_k=None,
             eval_interval=0, verbose=False)
@@ -88,6 +96,22 @@ def test_ratio_is_clipped_when_the_policy_moved():
     assert torch.isclose(loss, torch.tensor(-(1.2 + 1.0)))
     norm = policy_loss(new, old, torch.tensor([1.0]), torch.ones(1, 2), 0.2, length_normalization=True)
     assert torch.isclose(norm, torch.tensor(-(1.2 + 1.0) / 2))
+
+
+def test_policy_stats_by_hand():
+    # Two sequences: ratios [1.5, 1.0] (A = 1) and [0.5, padding] (A = -2); eps = 0.2.
+    old = torch.log(torch.tensor([[0.2, 0.5], [0.4, 0.9]]))
+    new = old + torch.log(torch.tensor([[1.5, 1.0], [0.5, 7.0]]))
+    mask = torch.tensor([[1.0, 1.0], [1.0, 0.0]])
+    surrogate, clipped, kl, entropy = policy_stats(new, old, torch.tensor([1.0, -2.0]), mask, 0.2).tolist()
+    # min(rho A, clip(rho) A): 1.2 (clipped), 1.0, and for A = -2 at rho 0.5: min(-1.0, -1.6) = -1.6.
+    assert surrogate == pytest.approx((1.2 + 1.0 - 1.6) / 3)
+    assert clipped == pytest.approx(2 / 3)  # |rho - 1| > 0.2 for 1.5 and 0.5; the padded 7.0 does not count
+    assert kl == pytest.approx(((0.5 - math.log(1.5)) + 0.0 + (-0.5 - math.log(0.5))) / 3, rel=1e-5)
+    assert entropy == pytest.approx(-(math.log(0.2) + math.log(0.5) + math.log(0.4)) / 3, rel=1e-6)
+    # At ratio 1 nothing is clipped and the KL estimate is 0.
+    _, clipped, kl, _ = policy_stats(old, old, torch.tensor([1.0, -2.0]), mask, 0.2).tolist()
+    assert clipped == 0 and kl == 0
 
 
 # ----- configuration and construction errors (before any model loads) -----------------------
@@ -226,8 +250,13 @@ def test_several_optimizer_steps_per_rollout_with_ratio_and_metrics(tiny_dir, tm
     keys = set(lines[0])
     for key in ("train/reward_mean", "train/agent_0/loss", "train/agent_1/grad_norm", "train/agent_0/completion_length",
                 "train/turn_1/reward_mean", "perf/tokens_per_second", "perf/seconds_generate", "perf/seconds_update",
-                "train/agent_0/advantage_std", "train/invalid_action_rate"):
+                "train/agent_0/advantage_std", "train/invalid_action_rate", "train/agent_0/surrogate",
+                "train/agent_0/clip_fraction", "train/agent_0/approx_kl", "train/agent_0/entropy"):
         assert key in keys, key
+    # Steps 2-4 score the rollout after the policy moved: the ratio to the sampling policy is no longer 1
+    # (a loss that kept it at 1 would show approx_kl == 0), and the sampled tokens' entropy is positive.
+    for a in (0, 1):
+        assert lines[0][f"train/agent_{a}/approx_kl"] > 0 and lines[0][f"train/agent_{a}/entropy"] > 0
 
 
 def test_save_reload_and_continue(tiny_dir, tmp_path):
@@ -257,10 +286,25 @@ def test_multi_turn_tree_and_parallel_with_env_id(tiny_dir):
     for mode in ("tree", "parallel"):
         cfg = MAGRPOConfig(**FAST, rollout_mode=mode, episodes_per_epoch=2, rollout_buffer_size=2, discount=0.9)
         learner = MAGRPO(env="coop/GuessNumber-v1", agent_model=tiny_dir, num_agents=2, args=cfg)
+        rollouts = []
+        collect = learner.engine.collect
+        learner.engine.collect = lambda *a, **k: rollouts.append(collect(*a, **k)) or rollouts[-1]
         metrics = learner.learn()
-        # GuessNumber has 4 turns; each turn's rewards are reported.
-        assert "train/turn_2/reward_mean" in metrics and "train/turn_1/return_mean" in metrics
-        assert learner.env_steps > 2
+        (r,) = rollouts
+        assert int(r.turn.max()) >= 1 and learner.env_steps == r.num_joint_actions
+        assert metrics["train/turn_2/reward_mean"] == pytest.approx(float(r.rewards[:, r.turn == 1].mean()))
+        assert torch.equal(r.returns[0], r.returns[1])  # cooperative: one joint return
+        last = r.turn == int(r.turn.max())
+        assert torch.allclose(r.returns[:, last], r.rewards[:, last])  # nothing after the turn limit
+        if mode == "parallel":  # R_t = r_t + 0.9 R_{t+1} along each episode
+            linked = (r.next_index >= 0).nonzero().squeeze(1)
+            expected = r.rewards[:, linked] + 0.9 * r.returns[:, r.next_index[linked]]
+            assert len(linked) and torch.allclose(r.returns[:, linked], expected)
+        else:  # 2 roots x 2 samples, then each live node expands 2 children: groups of 2 siblings
+            assert (torch.bincount(r.group) == 2).all() and int((r.turn == 0).sum()) == 4
+            # Turn t has 2 rows per live node of turn t - 1 (a branch that solved the task expands nothing).
+            for t in range(1, int(r.turn.max()) + 1):
+                assert int((r.turn == t).sum()) <= 2 * int((r.turn == t - 1).sum())
 
 
 def test_evaluate_with_hooks_and_greedy_determinism(tiny_dir):

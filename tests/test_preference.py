@@ -242,18 +242,24 @@ def test_two_iterations_with_a_comparator_replay_and_pair_files(tiny_dir, tmp_pa
                            reward_learning_rate=1e-3, **{**SMALL, "num_train_epochs": 1})
     trainer = MARLHFIterTrainer(agent_model=tiny_dir, num_agents=2, reward_func=longer, train_dataset=train_dataset,
                                 args=cfg)
-    first_rm = []
-    original = trainer.preference_stage
+    starts, ends = [], []  # the reward model's weights when each iteration's training starts and ends
+    original = trainer.train_reward_model
 
-    def stage():
-        metrics = original()
-        first_rm.append(trainer.reward_model)
+    def train_reward_model(pairs):
+        starts.append({k: v.detach().clone() for k, v in trainer.reward_model.state_dict().items()})
+        metrics = original(pairs)
+        ends.append({k: v.detach().clone() for k, v in trainer.reward_model.state_dict().items()})
         return metrics
 
-    trainer.preference_stage = stage
+    trainer.train_reward_model = train_reward_model
     metrics = trainer.train()
     assert trainer.iteration == 2 and trainer.policy.epoch == 2  # one policy epoch per iteration
-    assert first_rm[0] is not first_rm[1]  # the reward model is re-loaded from its source every iteration
+    # Every iteration re-loads the reward model from its source: its backbone starts at the source's
+    # weights, not at the previous iteration's trained ones (no warm start).
+    source = {f"backbone.{k}": v for k, v in AutoModelForCausalLM.from_pretrained(tiny_dir).state_dict().items()}
+    for start in starts:
+        assert set(source) <= set(start) and all(torch.equal(start[k], v) for k, v in source.items())
+    assert len(starts) == 2 and any(not torch.equal(starts[1][k], ends[0][k]) for k in source)
     assert metrics["preference/total_pairs"] >= metrics["preference/current_pairs"]
     files = sorted(p.name for p in next(replay_dir.glob("resume-*")).iterdir())
     assert files == ["iteration_0000.json", "iteration_0001.json"] and (replay_dir / "old.json").exists()

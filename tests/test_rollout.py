@@ -213,6 +213,67 @@ def test_parallel_rollout_groups_the_copies_of_each_task_per_turn():
     assert [len(p) for p in engine.prompts_seen] == [6, 6, 6, 6]
 
 
+class Chain(Sums):
+    """Joint reward: the answers' sum + 100 x the previous turn's sum + 10000 x the task index, so every
+    node's children, and every episode's next turn, have rewards of their own."""
+
+    def score(self, actions):
+        total = sum(float(text) for text in actions.values())
+        reward = total + 100 * self.task.get("previous", 0.0) + 10000 * self.task["index"]
+        self.task["previous"] = total
+        return reward, False
+
+
+class RowScripted(Scripted):
+    """Sample k of the i-th prompt of a call: agent 0 answers i * K + k + 1, agent 1 ten times that."""
+
+    def generate(self, agent, prompts, num_samples, greedy=False):
+        self.prompts_seen.append(list(prompts))
+        texts = [str((i * num_samples + k + 1) * (10 if agent else 1)) for i in range(len(prompts))
+                 for k in range(num_samples)]
+        ones = torch.ones(len(texts), 1, dtype=torch.long)
+        return SampleBatch(ones, ones, ones, ones, texts)
+
+
+def chain_roots(n):
+    out = []
+    for i in range(n):
+        env = Chain()
+        env.reset(seed=0, options={"task_index": i})
+        out.append(env)
+    return out
+
+
+def test_tree_returns_back_up_each_nodes_own_children():
+    """Children differ by parent and task, so a wrong child-to-parent mapping changes the numbers."""
+    r = RowScripted().collect(chain_roots(2), num_generations=2, rollout_mode="tree", discount=0.5)
+    # Turn 0: root 0 samples sums 11, 22; root 1 (task 1) 33, 44 -> rewards 11, 22, 10033, 10044.
+    # Turn 1: the 4 nodes in parent order sample sums (11, 22), (33, 44), (55, 66), (77, 88); each adds
+    # 100 x its parent's sum (and 10000 for task 1): (1111, 1122), (2233, 2244), (13355, 13366), (14477, 14488).
+    children = [[1111, 1122], [2233, 2244], [13355, 13366], [14477, 14488]]
+    assert r.rewards[0].tolist() == [11, 22, 10033, 10044] + sum(children, [])
+    # Each turn-0 return: its reward + 0.5 x the mean of its own node's children.
+    parents = [11 + 0.5 * 1116.5, 22 + 0.5 * 2238.5, 10033 + 0.5 * 13360.5, 10044 + 0.5 * 14482.5]
+    assert r.returns[0].tolist() == parents + sum(children, [])
+    assert r.group.tolist() == [0, 0, 1, 1, 2, 2, 3, 3, 4, 4, 5, 5]
+    assert r.task.tolist() == [0, 0, 1, 1, 0, 0, 0, 0, 1, 1, 1, 1]
+    # Undiscounted episode return per task: mean over its root actions of r + mean(children).
+    assert r.episode_returns[0].tolist() == [((11 + 1116.5) + (22 + 2238.5)) / 2,
+                                             ((10033 + 13360.5) + (10044 + 14482.5)) / 2]
+
+
+def test_parallel_returns_follow_each_episodes_own_next_turn():
+    """The copies of a task act differently, so a wrong next-turn mapping changes the numbers."""
+    r = RowScripted().collect(chain_roots(2), num_generations=2, rollout_mode="parallel", discount=0.5)
+    # Rows: task 0 copy 0, copy 1, task 1 copy 0, copy 1 at turn 0, then the same at turn 1; row i sums 11 (i + 1).
+    first = [11, 22, 10033, 10044]
+    second = [11 + 1100, 22 + 2200, 33 + 3300 + 10000, 44 + 4400 + 10000]
+    assert r.rewards[0].tolist() == first + second
+    assert r.next_index.tolist() == [4, 5, 6, 7, -1, -1, -1, -1]
+    assert r.returns[0].tolist() == [f + 0.5 * s for f, s in zip(first, second)] + second
+    assert r.group.tolist() == [0, 0, 1, 1, 2, 2, 3, 3]  # the copies of a task at a turn form a group
+
+
 def test_cross_joint_mode_averages_over_the_combinations_containing_each_sample():
     engine = Scripted()
     r = engine.collect(roots(1, num_turns=1), num_generations=2, rollout_mode="tree", joint_mode="cross")

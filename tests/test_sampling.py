@@ -13,7 +13,7 @@ from transformers.generation.logits_process import (
 
 from learners.agents import prepare_tokenizer
 from learners.rollout import GenerationSettings, RolloutEngine
-from learners.sampling import filtered_probs, sample_completions, sample_tokens, supports_lean_sampling
+from learners.sampling import draw_tokens, filtered_probs, sample_completions, sample_tokens, supports_lean_sampling
 
 
 def load(path: str):
@@ -53,6 +53,42 @@ def test_inverse_cdf_draws_follow_the_probabilities():
     freq = torch.bincount(draws, minlength=5).float() / len(draws)
     assert freq[1] == 0  # a zero-probability token is never drawn
     assert torch.allclose(freq, p, atol=0.005), freq
+
+
+def _filtered_by_hand(logits: list[float], temperature: float, top_k: int | None, top_p: float) -> list[float]:
+    """The sampling distribution, written out: the top-k logits, softmax at the temperature, then the most
+    likely tokens in order until their mass reaches top_p, renormalized."""
+    import math
+
+    order = sorted(range(len(logits)), key=lambda i: -logits[i])[: top_k or len(logits)]
+    weights = {i: math.exp(logits[i] / temperature) for i in order}
+    total = sum(weights.values())
+    kept, mass = [], 0.0
+    for i in order:
+        if mass >= top_p:
+            break
+        kept.append(i)
+        mass += weights[i] / total
+    norm = sum(weights[i] for i in kept)
+    return [weights[i] / norm if i in kept else 0.0 for i in range(len(logits))]
+
+
+@pytest.mark.parametrize("temperature,top_k,top_p", [(0.8, 5, 0.9), (1.3, None, 0.75), (0.5, 3, 1.0), (1.0, 6, 0.7)])
+def test_the_loops_draws_follow_the_filtered_distribution(temperature, top_k, top_p):
+    """A chi-square test of 40,000 draws (fixed seed) against the distribution computed by hand."""
+    logits = [2.0, 1.5, 1.0, 0.5, 0.0, -0.5, -1.0, 3.0]
+    expected = torch.tensor(_filtered_by_hand(logits, temperature, top_k, top_p))
+    n = 40_000
+    draws = draw_tokens(torch.tensor([logits]).expand(n, -1), temperature, top_k, top_p,
+                        torch.Generator().manual_seed(0))
+    counts = torch.bincount(draws, minlength=len(logits)).double()
+    kept = expected > 0
+    assert (counts[~kept] == 0).all()  # nothing outside the top-k / nucleus is ever drawn
+    chi2 = float(((counts[kept] - n * expected[kept]) ** 2 / (n * expected[kept])).sum())
+    # 99.9% quantiles of chi-square with 1..7 degrees of freedom: a correct sampler fails 1 time in 1000.
+    critical = {1: 10.83, 2: 13.82, 3: 16.27, 4: 18.47, 5: 20.52, 6: 22.46, 7: 24.32}
+    df = int(kept.sum()) - 1
+    assert df >= 1 and chi2 < critical[df], (chi2, df, counts.tolist(), expected.tolist())
 
 
 @pytest.mark.parametrize("fixture", ["tiny_dir", "tiny_llama_dir", "tiny_gpt2_dir"])
