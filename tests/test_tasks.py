@@ -383,6 +383,13 @@ def test_guess_number_pays_more_for_solving_sooner(discount: float) -> None:
     assert returns["at_once"] > returns["one_off"]
     assert returns["second"] >= returns["third"]  # solving sooner never returns less
     assert returns["third"] >= returns["worse"]  # a better answer never returns less
+    # Solved by rounding (mean guess target + 1/3) is the top quality: nothing a sibling does later beats it.
+    three = make("coop/GuessNumber-v1", num_agents=3)
+    three.reset(options={"task_index": 0})
+    t = three.task["target"]
+    off = t + 1 if t < 99 else t - 1
+    _, r, terminations, _, _ = three.step({"agent_0": str(t), "agent_1": str(t), "agent_2": str(off)})
+    assert all(terminations.values()) and r["agent_0"] == 1.0
     # Under MAGRPO the solving sample now gets the positive advantage (v0: -1 and +1).
     returns = torch.tensor([[discounted(at_once, discount), discounted(one_off, discount)]])
     advantages = group_relative_advantages(returns, torch.zeros(2, dtype=torch.long))

@@ -9,7 +9,8 @@ too low, plus the agent's own previous answer.
 Action: text containing an integer; the first integer found is the guess.
 
 Reward (cooperative, every agent gets it): each turn's guess has the quality
-`q = 1 - |mean guess - target| / (high - low)` in [0, 1], and the turn's
+`q = 1 - |mean guess - target| / (high - low)` in [0, 1] (1 when the rounded
+mean guess is the target: solved), and the turn's
 reward is the improvement `q_t - q_{t-1}` (`q_{-1} = 0`; see
 `TextParallelEnv.improvement`). The return is therefore a mean of the turns'
 qualities weighted toward early turns (the last quality when the discount is
@@ -80,4 +81,8 @@ class GuessNumber(TextParallelEnv):
         else:
             direction = "too high" if joint > target else "too low"
             self.task["feedback"] = f"The joint guess {joint:g} was {direction}."
-        return self.improvement(1.0 - abs(joint - target) / (self.high - self.low)), round(joint) == target
+        solved = round(joint) == target
+        # A solved guess has the top quality: a sibling that stops here never returns less than one that
+        # goes on to guess the target exactly.
+        quality = 1.0 if solved else 1.0 - abs(joint - target) / (self.high - self.low)
+        return self.improvement(quality), solved
