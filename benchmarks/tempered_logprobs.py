@@ -27,7 +27,7 @@ parser.add_argument("--seeds", type=int, default=3)
 parser.add_argument("--first-seed", type=int, default=0)
 parser.add_argument("--epochs", type=int, default=3)
 parser.add_argument("--temperature", type=float, default=0.6)
-parser.add_argument("--env", default="smoke/FormatAgreement-v0")
+parser.add_argument("--env", default="smoke/FormatAgreement-v1")
 args = parser.parse_args()
 
 model = args.model or str(tiny_model(os.path.join(tempfile.mkdtemp(), "tiny"), arch="qwen2", seed=0))

@@ -33,6 +33,7 @@ from __future__ import annotations
 
 import abc
 import copy
+import difflib
 from typing import Any
 
 import gymnasium
@@ -148,6 +149,24 @@ class TextParallelEnv(ParallelEnv[AgentID, str, str], metaclass=abc.ABCMeta):
         previous = self.task.get("quality", 0.0)
         self.task["quality"] = quality
         return quality - previous
+
+    def is_echo(self, text: str) -> bool:
+        """True when `text` restates an observation of this episode (any agent's, any turn).
+
+        It restates one when it contains it (whitespace and case aside) or is nearly it (difflib ratio
+        >= 0.9). Tasks treat such an answer as no answer, so copying the prompt earns nothing.
+        """
+        answer = " ".join(text.split()).lower()
+        if not answer:
+            return False
+        seen = [*self._observations.values(), *(o for h in self.prompt_history.values() for o in h)]
+        for observation in {" ".join(o.split()).lower() for o in seen}:
+            if observation and observation in answer:
+                return True
+            matcher = difflib.SequenceMatcher(None, answer, observation, autojunk=False)
+            if matcher.real_quick_ratio() >= 0.9 and matcher.quick_ratio() >= 0.9 and matcher.ratio() >= 0.9:
+                return True
+        return False
 
     def flag_invalid(self, agent: AgentID, reason: str) -> None:
         """Report that `agent`'s action could not be parsed (a game outcome, not an error)."""

@@ -21,12 +21,12 @@ __all__ = ["suites"]
 
 suites: dict[str, list[str]] = {
     "smoke": [
-        "smoke/FormatAgreement-v0",
-        "smoke/Arithmetic-v0",
-        "coop/LengthRatio-v0",
+        "smoke/FormatAgreement-v1",
+        "smoke/Arithmetic-v1",
+        "coop/LengthRatio-v1",
         "coop/GuessNumber-v1",
     ],
-    "code": ["code/HumanEvalCoop-v0", "code/HumanEvalCoopMultiTurn-v1"],
-    "writing": ["writing/DocSummary-v0", "writing/DocSummaryGeneralSum-v0"],
-    "basic": ["coop/LengthRatio-v0", "coop/GuessNumber-v1", "general/SplitPie-v0"],
+    "code": ["code/HumanEvalCoop-v1", "code/HumanEvalCoopMultiTurn-v2"],
+    "writing": ["writing/DocSummary-v1", "writing/DocSummaryGeneralSum-v1"],
+    "basic": ["coop/LengthRatio-v1", "coop/GuessNumber-v1", "general/SplitPie-v1"],
 }

@@ -5,7 +5,7 @@ Each rank plays its shard of every batch of task instances, gradients are
 averaged across ranks before each optimizer step (so every rank keeps the same
 weights), and rank 0 alone logs, checkpoints and saves. On CPUs the backend is
 gloo; on GPUs NCCL, each rank on its own GPU. Two agents built offline (a tiny
-random Qwen2) learn coop/LengthRatio-v0.
+random Qwen2) learn smoke/FormatAgreement-v1.
 """
 
 from __future__ import annotations
@@ -52,7 +52,7 @@ config = MAGRPOConfig(
     generation_kwargs={"do_sample": False, "num_beams": 2} if args.beams else {},
     verbose=rank == 0,
 )
-learner = MAGRPO(env="coop/LengthRatio-v0", agent_model=model_dir, num_agents=2, args=config)
+learner = MAGRPO(env="smoke/FormatAgreement-v1", agent_model=model_dir, num_agents=2, args=config)
 learner.learn(checkpoint_dir=os.path.join(args.out, "checkpoints"), resume_from_checkpoint=args.resume)
 learner.save_model(os.path.join(args.out, "agents"))
 

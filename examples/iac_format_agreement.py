@@ -1,5 +1,5 @@
-# Run: .venv/bin/python examples/iac_length_ratio.py [--model DIR_OR_ID] [--shared-head] [--epochs N]
-"""IAC on coop/LengthRatio-v0: each agent learns with its own LLM critic, on a CPU in a few minutes.
+# Run: .venv/bin/python examples/iac_format_agreement.py [--model DIR_OR_ID] [--shared-head] [--epochs N]
+"""IAC on smoke/FormatAgreement-v1: each agent learns with its own LLM critic, on a CPU in a few minutes.
 
 By default every agent has a separate critic (a copy of the model plus a value
 head); `--shared-head` puts the value head on each actor's backbone instead.
@@ -39,7 +39,7 @@ config = IACConfig(
     eval_interval=0,
     output_dir=args.out,
 )
-learner = IAC(env="coop/LengthRatio-v0", agent_model=model, num_agents=2,
+learner = IAC(env="smoke/FormatAgreement-v1", agent_model=model, num_agents=2,
               critic_model=None if args.shared_head else model, args=config)
 before = learner.evaluate(num_eval_samples=16)["eval/reward_mean"]
 learner.learn()

@@ -1,5 +1,5 @@
-# Run: .venv/bin/python examples/maac_length_ratio.py [--model DIR_OR_ID] [--critic-type v|q] [--epochs N]
-"""MAAC on coop/LengthRatio-v0: two actors and one centralized LLM critic, on a CPU in a few minutes.
+# Run: .venv/bin/python examples/maac_format_agreement.py [--model DIR_OR_ID] [--critic-type v|q] [--epochs N]
+"""MAAC on smoke/FormatAgreement-v1: two actors and one centralized LLM critic, on a CPU in a few minutes.
 
 The critic reads the environment's joint state (both agents' observations,
 `env.state()`), plus the sampled joint action when `--critic-type q`, and is
@@ -38,7 +38,7 @@ config = MAACConfig(
     eval_interval=0,
     output_dir=args.out,
 )
-learner = MAAC(env="coop/LengthRatio-v0", agent_model=model, num_agents=2, critic_model=model, args=config)
+learner = MAAC(env="smoke/FormatAgreement-v1", agent_model=model, num_agents=2, critic_model=model, args=config)
 before = learner.evaluate(num_eval_samples=16)["eval/reward_mean"]
 learner.learn()
 after = learner.evaluate(num_eval_samples=16)["eval/reward_mean"]

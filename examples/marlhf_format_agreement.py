@@ -1,5 +1,5 @@
-# Run: .venv/bin/python examples/marlhf_length_ratio.py [--model DIR_OR_ID] [--iterations N]
-"""MARLHFIter on coop/LengthRatio-v0: learn a joint reward model from preferences, then train against it.
+# Run: .venv/bin/python examples/marlhf_format_agreement.py [--model DIR_OR_ID] [--iterations N]
+"""MARLHFIter on smoke/FormatAgreement-v1: learn a joint reward model from preferences, then train against it.
 
 Each iteration samples 8 joint answers per task instance, labels pairs with
 the task reward, trains a fresh reward model (Bradley-Terry) on them, freezes
@@ -44,7 +44,7 @@ config = MARLHFIterConfig(
     eval_interval=0,
     output_dir=args.out,
 )
-learner = MARLHFIter(env="coop/LengthRatio-v0", agent_model=model, num_agents=2, args=config)
+learner = MARLHFIter(env="smoke/FormatAgreement-v1", agent_model=model, num_agents=2, args=config)
 before = learner.evaluate(num_eval_samples=16)["eval/reward_mean"]
 metrics = learner.learn()
 after = learner.evaluate(num_eval_samples=16)["eval/reward_mean"]

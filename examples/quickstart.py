@@ -1,10 +1,12 @@
 # Run: make demo        (or: .venv/bin/python examples/quickstart.py [--model DIR_OR_ID] [--epochs N])
 """Two small agents learn a built-in cooperative task with MAGRPO, on a CPU, in about a minute.
 
-The task, `coop/LengthRatio-v0`: agent 0 summarizes a topic, agent 1 expands on
-it; both are rewarded when the expansion is twice as long (in words) as the
-summary. Without `--model`, two copies of a tiny random-weight Qwen2 are built
-offline, so the run needs no download; `--model` takes any hub id or local dir.
+The task, `smoke/FormatAgreement-v1`: both agents must answer with a given word
+wrapped in brackets, e.g. `[apple]`; each answer earns partial credit for the
+format and for its closeness to the ideal answer, and doing nothing (empty
+answers, random words, a copied prompt) earns 0. Without `--model`, two copies
+of a tiny random-weight Qwen2 are built offline, so the run needs no download;
+`--model` takes any hub id or local dir.
 
 It prints the reward before and after training, saves both agents to
 `outputs/quickstart/agents/` and a reward curve to `outputs/quickstart/reward.png`.
@@ -32,15 +34,16 @@ parser.add_argument("--out", default="outputs/quickstart")
 args = parser.parse_args()
 
 # 1. The environment: a PettingZoo parallel env whose actions are text.
-env = comlrl_env.make("coop/LengthRatio-v0")
+env = comlrl_env.make("smoke/FormatAgreement-v1")
 comlrl_env.testing.check_env(env)  # the same checks users run on their own tasks
+comlrl_env.testing.check_task(env)  # and doing nothing earns nothing
 
 # 2. The agents: a tiny random model built offline unless --model is given.
 model = args.model or str(tiny_model(os.path.join(args.out, "tiny-model"), arch="qwen2", seed=0))
 
 # 3. The learner.
 config = MAGRPOConfig(
-    num_train_epochs=args.epochs,  # one epoch = the env's 64 task instances
+    num_train_epochs=args.epochs,  # one epoch = the env's 48 task instances
     num_generations=8,  # group size: 8 joint samples per task instance
     rollout_buffer_size=8,  # task instances per batched rollout and optimizer step
     max_new_tokens=16,
@@ -74,7 +77,7 @@ plt.figure(figsize=(6, 3.5))
 plt.plot(range(1, len(curve) + 1), curve, marker=".")
 plt.xlabel("rollout (8 task instances x 8 joint samples)")
 plt.ylabel("mean episode reward")
-plt.title("MAGRPO on coop/LengthRatio-v0")
+plt.title("MAGRPO on smoke/FormatAgreement-v1")
 plt.tight_layout()
 plt.savefig(os.path.join(args.out, "reward.png"), dpi=120)
 

@@ -12,7 +12,7 @@ one optimizer step per rollout rho = 1 and the gradient is the reference's
 -A grad(sum_t log pi). With several steps per rollout (`train_batch_size`
 smaller than the rollout) the ratio corrects for the policy having moved.
 
-    learner = MAGRPO(env="coop/LengthRatio-v0", agent_model="path/to/model", num_agents=2,
+    learner = MAGRPO(env="coop/LengthRatio-v1", agent_model="path/to/model", num_agents=2,
                      args=MAGRPOConfig(num_generations=4, num_train_epochs=2))
     learner.learn()
     learner.save_model("out")

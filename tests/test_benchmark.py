@@ -12,9 +12,9 @@ from learners.policy import AgentPolicy, agent_dirs
 
 
 def test_empty_policy_on_a_scripted_task():
-    metrics = evaluate_policy("coop/LengthRatio-v0", empty_policy, episodes=3)
-    # Both answers empty count as one word each: ratio 1 vs target 2 scores exp(-log 2) = 0.5; both flagged.
-    assert metrics["reward_mean"] == pytest.approx(0.5)
+    metrics = evaluate_policy("coop/LengthRatio-v1", empty_policy, episodes=3)
+    # Empty answers name no topic: both flagged, and doing nothing earns nothing (v0 paid 0.5).
+    assert metrics["reward_mean"] == 0.0
     assert metrics["invalid_action_rate"] == 1.0
 
 

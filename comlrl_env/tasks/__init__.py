@@ -7,9 +7,9 @@ from comlrl_env.tasks.split_pie import SplitPie
 
 __all__ = ["GuessNumber", "LengthRatio", "SplitPie"]
 
-register("coop/LengthRatio-v0", entry_point=LengthRatio)
+register("coop/LengthRatio-v1", entry_point=LengthRatio)
 register("coop/GuessNumber-v1", entry_point=GuessNumber)
-register("general/SplitPie-v0", entry_point=SplitPie)
+register("general/SplitPie-v1", entry_point=SplitPie)
 
 from comlrl_env.tasks.code import HumanEvalCoop, HumanEvalCoopMultiTurn  # noqa: E402
 from comlrl_env.tasks.smoke import Arithmetic, FormatAgreement  # noqa: E402
@@ -24,9 +24,9 @@ __all__ += [
     "HumanEvalCoopMultiTurn",
 ]
 
-register("smoke/FormatAgreement-v0", entry_point=FormatAgreement)
-register("smoke/Arithmetic-v0", entry_point=Arithmetic)
-register("code/HumanEvalCoop-v0", entry_point=HumanEvalCoop)
-register("code/HumanEvalCoopMultiTurn-v1", entry_point=HumanEvalCoopMultiTurn)
-register("writing/DocSummary-v0", entry_point=DocSummary)
-register("writing/DocSummaryGeneralSum-v0", entry_point=DocSummaryGeneralSum)
+register("smoke/FormatAgreement-v1", entry_point=FormatAgreement)
+register("smoke/Arithmetic-v1", entry_point=Arithmetic)
+register("code/HumanEvalCoop-v1", entry_point=HumanEvalCoop)
+register("code/HumanEvalCoopMultiTurn-v2", entry_point=HumanEvalCoopMultiTurn)
+register("writing/DocSummary-v1", entry_point=DocSummary)
+register("writing/DocSummaryGeneralSum-v1", entry_point=DocSummaryGeneralSum)

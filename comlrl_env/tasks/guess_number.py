@@ -16,15 +16,18 @@ reward is the improvement `q_t - q_{t-1}` (`q_{-1} = 0`; see
 qualities weighted toward early turns (the last quality when the discount is
 1): guessing the target at once returns 1.0, the most of any episode, and
 staying one off for all 4 turns returns 0.99. An agent whose text has no
-integer guesses the middle of the range, is flagged `invalid_action` and costs
-the team 0.1 on that turn.
+integer, or restates a prompt (`is_echo`), makes no guess: the team's guess
+that turn has quality 0, the agent is flagged `invalid_action` and costs the
+team 0.1. Doing nothing therefore returns at most 0.
 
 Termination: when the rounded joint guess equals the target; truncation after
 `num_turns` turns (default 4).
 
-Versions: v1 pays the per-turn improvement. v0 (removed) paid `q_t` on every
-turn, so a solved episode, which ends early, returned less than one that
-stayed one off until the turn limit (1.00 vs 3.96).
+Versions: v1 pays the per-turn improvement, and an answer without a number
+makes no guess. v0 (removed) paid `q_t` on every turn, so a solved episode,
+which ends early, returned less than one that stayed one off until the turn
+limit (1.00 vs 3.96); and it took a missing number for the middle of the
+range, so empty answers earned about 0.5 a turn.
 """
 
 from __future__ import annotations
@@ -69,19 +72,21 @@ class GuessNumber(TextParallelEnv):
         guesses = []
         for agent, text in actions.items():
             match = _INT.search(text[:1000])
-            if match is None:
-                self.flag_invalid(agent, "no integer in the answer")
-                guesses.append((self.low + self.high) / 2)
+            if match is None or self.is_echo(text):
+                self.flag_invalid(agent, "no integer in the answer" if match is None else "the answer restates the prompt")
             else:
                 guesses.append(min(max(int(match.group()[:12]), self.low), self.high))
-        joint = sum(guesses) / len(guesses)
         target = self.task["target"]
-        if round(joint) == target:
+        if len(guesses) < len(actions):  # an agent made no guess: the team made none this turn
+            self.task["feedback"] = "No joint guess: every agent must answer with a number."
+            return self.improvement(0.0), False
+        joint = sum(guesses) / len(guesses)
+        solved = round(joint) == target
+        if solved:
             self.task["feedback"] = f"The joint guess {joint:g} is correct."
         else:
             direction = "too high" if joint > target else "too low"
             self.task["feedback"] = f"The joint guess {joint:g} was {direction}."
-        solved = round(joint) == target
         # A solved guess has the top quality: a sibling that stops here never returns less than one that
         # goes on to guess the target exactly.
         quality = 1.0 if solved else 1.0 - abs(joint - target) / (self.high - self.low)

@@ -1,11 +1,12 @@
-"""smoke/FormatAgreement-v0 and smoke/Arithmetic-v0: tiny cooperative tasks for checking that a learner learns.
+"""smoke/FormatAgreement-v1 and smoke/Arithmetic-v1: tiny cooperative tasks for checking that a learner learns.
 
 Both are cheap (a few string checks per agent), single-turn, and give partial credit, so
 even a tiny random-weight model gets rewards that vary between samples and
 improves within a CPU minute. Rewards are in [0, 1]; there is no penalty
-beyond the lost credit.
+beyond the lost credit. An answer that restates a prompt (`is_echo`) earns
+nothing, so copying the prompt (which shows the ideal answer) is no shortcut.
 
-## smoke/FormatAgreement-v0
+## smoke/FormatAgreement-v1
 
 Agents and roles: two symmetric `answerer`s.
 
@@ -28,12 +29,13 @@ the answer starts with the open delimiter, it ends with the close one.
 `difflib` ratio between the stripped answer and the ideal
 `<open>word<close>`; it keeps the reward dense (shorter answers made of the
 right characters score higher) and rewards the right word. An answer with
-`format_match` 0 is flagged `invalid_action` ("no <open> or <close> in the
-answer").
+`format_match` 0 (no delimiter at all) earns 0, not its similarity, and is
+flagged `invalid_action` ("no <open> or <close> in the answer"); so do empty
+answers and restated prompts.
 
 Termination: after the single turn.
 
-## smoke/Arithmetic-v0
+## smoke/Arithmetic-v1
 
 Agents and roles: `agent_0` (`doubler`) states twice the first number,
 `agent_1` (`adder`) states the sum.
@@ -45,11 +47,15 @@ Action: text containing an integer; the first integer found is the answer.
 
 Reward (cooperative, every agent gets it): the mean over agents of
 `max(0, 1 - |answer - target| / 10)`, so an answer off by 3 earns 0.7. An
-answer without an integer earns 0 and is flagged `invalid_action`.
+answer without an integer, or one that restates a prompt, earns 0 and is
+flagged `invalid_action`.
 
 Termination: after the single turn.
 
-Versions: v0, initial (both tasks).
+Versions: v1 (both tasks) pays nothing for restated prompts, and
+FormatAgreement-v1 nothing for answers without a delimiter. v0 (removed) paid
+copying the prompt 0.5-1.0 (Arithmetic read the prompt's first number, which
+is twice right when a = 0) and random words about 0.02 of similarity.
 """
 
 from __future__ import annotations
@@ -82,7 +88,7 @@ class FormatAgreement(TextParallelEnv):
     # num_tasks of the defaults; each instance sets its own: len(delimiters) * len(words).
     metadata = {
         **TextParallelEnv.metadata,
-        "name": "smoke/FormatAgreement-v0",
+        "name": "smoke/FormatAgreement-v1",
         "num_tasks": len(DELIMITERS) * len(WORDS),
     }
 
@@ -122,17 +128,21 @@ class FormatAgreement(TextParallelEnv):
         texts = [actions[a] for a in self.agents]
         formats = format_match(texts, t["open"], t["close"])
         similarities = char_similarity(texts, t["open"] + t["word"] + t["close"])
-        for agent, fmt in zip(self.agents, formats):
-            if fmt == 0:
-                self.flag_invalid(agent, f"no {t['open']} or {t['close']} in the answer")
-        scores = [0.75 * fmt + 0.25 * sim for fmt, sim in zip(formats, similarities)]
+        scores = []
+        for agent, text, fmt, sim in zip(self.agents, texts, formats, similarities):
+            if fmt == 0 or self.is_echo(text):
+                self.flag_invalid(agent, "the answer restates the prompt" if fmt else
+                                  f"no {t['open']} or {t['close']} in the answer")
+                scores.append(0.0)
+            else:
+                scores.append(0.75 * fmt + 0.25 * sim)
         return sum(scores) / len(scores), True
 
 
 class Arithmetic(TextParallelEnv):
     """`a + b`: agent_0 states 2a, agent_1 states a + b; each answer earns credit by its distance."""
 
-    metadata = {**TextParallelEnv.metadata, "name": "smoke/Arithmetic-v0", "num_tasks": 100}
+    metadata = {**TextParallelEnv.metadata, "name": "smoke/Arithmetic-v1", "num_tasks": 100}
 
     def __init__(self, **kwargs) -> None:
         super().__init__(num_agents=2, num_turns=1, roles=["doubler", "adder"], **kwargs)
@@ -153,9 +163,10 @@ class Arithmetic(TextParallelEnv):
     def score(self, actions: dict[AgentID, str]) -> tuple[float, bool]:
         scores = []
         for agent in self.agents:
-            match = _INT.search(actions[agent][:1000])
+            echo = self.is_echo(actions[agent])
+            match = None if echo else _INT.search(actions[agent][:1000])
             if match is None:
-                self.flag_invalid(agent, "no integer in the answer")
+                self.flag_invalid(agent, "the answer restates the prompt" if echo else "no integer in the answer")
                 scores.append(0.0)
                 continue
             answer = int(match.group()[:12])  # 12 digits: huge numbers score 0 without a huge int

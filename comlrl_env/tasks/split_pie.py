@@ -1,4 +1,4 @@
-"""general/SplitPie-v0: the Nash demand game in text; agents get different rewards.
+"""general/SplitPie-v1: the Nash demand game in text; agents get different rewards.
 
 Agents and roles: `num_agents` claimants (default 2), symmetric.
 
@@ -9,11 +9,14 @@ Action: text containing an integer claim, as a percentage of the pie.
 
 Reward (general-sum, per agent): when the claims sum to at most 100, each
 agent receives its own claim / 100; otherwise everyone receives 0. An answer
-with no integer claims 0 and is flagged `invalid_action`.
+with no integer, or one that restates a prompt (`is_echo`), claims 0 and is
+flagged `invalid_action`.
 
 Termination: after `num_turns` rounds (default 1), truncation; no early end.
 
-Versions: v0, initial.
+Versions: v1 ignores numbers in a restated prompt. v0 (removed) read the
+first number of any text, so copying the prompt ("2 players split a pie...")
+claimed 2% and earned 0.02.
 """
 
 from __future__ import annotations
@@ -28,7 +31,7 @@ _INT = re.compile(r"\d+")
 class SplitPie(TextParallelEnv):
     """Each agent claims a share; compatible claims are paid out, greedy ones pay nobody."""
 
-    metadata = {**TextParallelEnv.metadata, "name": "general/SplitPie-v0", "reward_structure": "general", "num_tasks": 1}
+    metadata = {**TextParallelEnv.metadata, "name": "general/SplitPie-v1", "reward_structure": "general", "num_tasks": 1}
 
     def __init__(self, num_agents: int = 2, num_turns: int = 1, **kwargs) -> None:
         super().__init__(num_agents=num_agents, num_turns=num_turns, **kwargs)
@@ -48,9 +51,10 @@ class SplitPie(TextParallelEnv):
     def score(self, actions: dict[AgentID, str]) -> tuple[dict[AgentID, float], bool]:
         claims = {}
         for agent, text in actions.items():
-            match = _INT.search(text[:1000])
+            echo = self.is_echo(text)
+            match = None if echo else _INT.search(text[:1000])
             if match is None:
-                self.flag_invalid(agent, "no integer claim")
+                self.flag_invalid(agent, "the answer restates the prompt" if echo else "no integer claim")
             claims[agent] = min(int(match.group()[:4]), 100) if match else 0
         self.task["claims"].append(claims)
         paid = sum(claims.values()) <= 100

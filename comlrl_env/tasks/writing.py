@@ -1,4 +1,4 @@
-"""writing/DocSummary-v0 and writing/DocSummaryGeneralSum-v0: summarize and expand Python module docs.
+"""writing/DocSummary-v1 and writing/DocSummaryGeneralSum-v1: summarize and expand Python module docs.
 
 Corpus (offline, no download): the module docstrings of the running
 interpreter's standard library. Module names are taken in sorted order from
@@ -30,18 +30,26 @@ document (word counts and overlaps from `rewards.functions` /
 - `L_E = length_ratio(S, E, expand_ratio)`: E is `expand_ratio` (default 3) times longer than S;
 - `R_E = overlap_recall(E, S)`: the expansion contains the summary's words.
 
-DocSummary-v0 (cooperative): both agents get `(L_S + P_S + L_E + R_E) / 4`.
-DocSummaryGeneralSum-v0 (general-sum): `agent_0` gets `(L_S + P_S) / 2`
-and `agent_1` gets `(L_E + R_E) / 2`; the expander's reward still depends on
-the summary, the summarizer's does not depend on the expansion. These rule
-rewards can be gamed (copying the document's first sentences gives a high
-`P_S`); they are meant for training signal and method comparison, not as a
-measure of writing quality. An empty answer is flagged `invalid_action` (no
-extra penalty; it scores low anyway).
+A score counts only what is above chance: the summary's score is
+`S = L_S * gate(P_S)` and the expansion's `E = L_E * gate(R_E)`, with
+`gate(x) = max(0, 2x - 1)` (0 up to half overlap, 1 at full overlap), and `E`
+is 0 unless `S > 0` (an expansion of no summary is no expansion). An empty
+answer, or one that restates a prompt (`is_echo`; the prompt holds the whole
+document), scores 0 and is flagged `invalid_action`.
+
+DocSummary-v1 (cooperative): both agents get `(S + E) / 2`.
+DocSummaryGeneralSum-v1 (general-sum): `agent_0` gets `S` and `agent_1` gets
+`E`; the expander's reward still depends on the summary, the summarizer's
+does not depend on the expansion. These rule rewards can still be gamed
+(copying the document's first sentences as the summary scores well); they are
+meant for training signal and method comparison, not as a measure of writing
+quality.
 
 Termination: after the single turn.
 
-Versions: v0, initial (both tasks).
+Versions: v1 (both tasks) gates each score on overlap above chance and
+scores restated prompts 0. v0 (removed) averaged the four scores, so empty
+answers earned about 0.09 (the expander 0.17) and random words up to 0.18.
 """
 
 from __future__ import annotations
@@ -130,7 +138,7 @@ class DocSummary(TextParallelEnv):
     """A summarizer and an expander write about one stdlib module doc; one joint reward."""
 
     # num_tasks is set per instance from the corpus found on this interpreter.
-    metadata = {**TextParallelEnv.metadata, "name": "writing/DocSummary-v0", "num_tasks": None}
+    metadata = {**TextParallelEnv.metadata, "name": "writing/DocSummary-v1", "num_tasks": None}
 
     def __init__(self, summary_ratio: float = 4.0, expand_ratio: float = 3.0, max_docs: int = 200, **kwargs) -> None:
         super().__init__(num_agents=2, num_turns=1, roles=["summarizer", "expander"], **kwargs)
@@ -191,15 +199,23 @@ class DocSummary(TextParallelEnv):
             ),
         }
 
-    def _scores(self, actions: dict[AgentID, str]) -> dict[AgentID, tuple[float, float]]:
+    def _scores(self, actions: dict[AgentID, str]) -> dict[AgentID, float]:
+        """`S` for the summarizer and `E` for the expander (see the module doc)."""
+        valid = {}
         for agent, text in actions.items():
-            if not text.strip():
-                self.flag_invalid(agent, "empty answer")
-        return self.agent_scores(actions["agent_0"], actions["agent_1"])
+            reason = "empty answer" if not text.strip() else "the answer restates a prompt" if self.is_echo(text) else None
+            if reason:
+                self.flag_invalid(agent, reason)
+            valid[agent] = reason is None
+        scores = self.agent_scores(actions["agent_0"], actions["agent_1"])
+        (l_s, p_s), (l_e, r_e) = scores["agent_0"], scores["agent_1"]
+        summary = l_s * _above_chance(p_s) if valid["agent_0"] else 0.0
+        expansion = l_e * _above_chance(r_e) if valid["agent_1"] and summary > 0 else 0.0
+        return {"agent_0": summary, "agent_1": expansion}
 
     def score(self, actions: dict[AgentID, str]) -> tuple[float, bool]:
         scores = self._scores(actions)
-        return sum(scores["agent_0"] + scores["agent_1"]) / 4, True
+        return (scores["agent_0"] + scores["agent_1"]) / 2, True
 
 
 class DocSummaryGeneralSum(DocSummary):
@@ -207,10 +223,14 @@ class DocSummaryGeneralSum(DocSummary):
 
     metadata = {
         **DocSummary.metadata,
-        "name": "writing/DocSummaryGeneralSum-v0",
+        "name": "writing/DocSummaryGeneralSum-v1",
         "reward_structure": "general",
     }
 
     def score(self, actions: dict[AgentID, str]) -> tuple[dict[AgentID, float], bool]:
-        scores = self._scores(actions)
-        return {agent: sum(pair) / 2 for agent, pair in scores.items()}, True
+        return self._scores(actions), True
+
+
+def _above_chance(overlap: float) -> float:
+    """0 up to half overlap, rising linearly to 1 at full overlap."""
+    return max(0.0, 2.0 * overlap - 1.0)

