@@ -2,7 +2,13 @@
 
 from learners.actor_critic import IAC, MAAC, IACConfig, IACTrainer, MAACConfig, MAACTrainer
 from learners.base import Learner, LearnerConfig
-from learners.checkpoint import CheckpointError, InexactResumeWarning, load_checkpoint, read_checkpoint_metadata, save_checkpoint
+from learners.checkpoint import (
+    CheckpointError,
+    InexactResumeWarning,
+    load_checkpoint,
+    read_checkpoint_metadata,
+    save_checkpoint,
+)
 from learners.preference import MARLHF, MARLHFConfig, MARLHFIter, MARLHFIterConfig, MARLHFIterTrainer, MARLHFTrainer
 from learners.reinforce import MAGRPO, MAGRPOConfig, MAGRPOTrainer
 from learners.rollout import GenerationSettings, Rollout, RolloutEngine, SampleBatch

@@ -277,8 +277,8 @@ class HumanEvalCoop(TextParallelEnv):
         # A restated prompt is no answer, and neither is the prompt's own stub (signature and docstring):
         # both would otherwise earn the partial credit for doing nothing.
         echoes = {a: self.is_echo(actions[a]) for a in ("agent_0", "agent_1")}
-        aux_code, main_code = ("" if echoes[a] else code
-                               for a, code in zip(("agent_0", "agent_1"), extract_code([actions["agent_0"], actions["agent_1"]])))
+        codes = extract_code([actions["agent_0"], actions["agent_1"]])
+        aux_code, main_code = ("" if echoes[a] else code for a, code in zip(("agent_0", "agent_1"), codes))
         entry = self.problem["entry_point"]
         stub = " ".join(main_code.split()) == " ".join(self.problem["prompt"].split())
         aux_ok = defines_function([aux_code], "aux")[0]

@@ -73,7 +73,8 @@ class GuessNumber(TextParallelEnv):
         for agent, text in actions.items():
             match = _INT.search(text[:1000])
             if match is None or self.is_echo(text):
-                self.flag_invalid(agent, "no integer in the answer" if match is None else "the answer restates the prompt")
+                reason = "no integer in the answer" if match is None else "the answer restates the prompt"
+                self.flag_invalid(agent, reason)
             else:
                 guesses.append(min(max(int(match.group()[:12]), self.low), self.high))
         target = self.task["target"]

@@ -203,7 +203,8 @@ class DocSummary(TextParallelEnv):
         """`S` for the summarizer and `E` for the expander (see the module doc)."""
         valid = {}
         for agent, text in actions.items():
-            reason = "empty answer" if not text.strip() else "the answer restates a prompt" if self.is_echo(text) else None
+            reason = ("empty answer" if not text.strip()
+                      else "the answer restates a prompt" if self.is_echo(text) else None)
             if reason:
                 self.flag_invalid(agent, reason)
             valid[agent] = reason is None
