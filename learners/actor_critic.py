@@ -80,6 +80,7 @@ class _ActorCriticConfig(LearnerConfig):
     critic_type: str = "v"
     """"v": V(s) at the last prompt token; "q": Q(s, a) at the last completion token."""
     value_loss_coef: float = 0.6
+    """Weight of the value loss: added to the policy loss for a shared head; scales a critic's own loss."""
     value_clip_range: float | None = 0.2
     """Clip the new value to V_old +- this in the critic loss (every critic type); None disables."""
     advantage_normalization: bool = True
@@ -89,13 +90,17 @@ class _ActorCriticConfig(LearnerConfig):
     ppo_epochs: int = 1
     """Passes over each rollout; more than one (or several minibatches) uses the clipped ratio."""
     clip_range: float = 0.2
+    """PPO clipping of the ratio pi / pi_old when a rollout feeds several optimizer steps."""
     length_normalization: bool = False
+    """Average token terms per completion instead of summing them (the reference sums)."""
     critic_devices: str | list[str] | None = None
     """Device of the critic(s); None: the agents' devices."""
     reference_kl_enabled: bool = False
     """Accepted for compatibility with the reference config; reference KL is implemented in MAGRPO only."""
     reference_kl_coef: float = 0.1
+    """Accepted for compatibility with the reference config; unused (reference KL is MAGRPO's)."""
     reference_devices: str | list[str] | None = None
+    """Accepted for compatibility with the reference config; unused."""
 
     def __post_init__(self) -> None:
         super().__post_init__()

@@ -60,8 +60,11 @@ class LearnerConfig:
     discount: float = 1.0
     """Discount of later turns' rewards in returns (applied; the reference ignored it)."""
     max_new_tokens: int = 256
+    """Most tokens a completion may have, its EOS included."""
     temperature: float = 0.6
+    """Sampling temperature (> 0) in training and sampled evaluation; greedy is `eval_greedy`."""
     top_p: float = 0.6
+    """Nucleus sampling: keep the most likely tokens until their mass reaches top_p; 1.0 disables it."""
     top_k: int | None = 50
     """Top-k sampling; None disables it."""
     tempered_logprobs: bool = True
@@ -102,7 +105,9 @@ class LearnerConfig:
     lr_scheduler_type: str = "constant"
     """"constant", "linear" or "cosine" decay over the run's rollouts, after `warmup_steps` rollouts."""
     warmup_steps: int = 0
+    """Rollouts of linear learning-rate warm-up before the schedule."""
     weight_decay: float = 0.0
+    """AdamW weight decay of every agent and critic."""
     seed: int = 0
     """Seeds the data order, sampling and environments."""
     shuffle: bool = True
@@ -112,6 +117,7 @@ class LearnerConfig:
     use_chat_template: bool = False
     """Render each observation with the agent tokenizer's chat template."""
     stop_strings: list[str] | None = None
+    """End a completion at the first of these strings (kept in it); sampling then uses `generate`."""
     max_prompt_length: int | None = None
     """Truncate prompts (from the left) to this many tokens; None keeps them whole."""
     generation_kwargs: dict[str, Any] = dataclasses.field(default_factory=dict)

@@ -81,8 +81,11 @@ class MARLHFConfig(MAGRPOConfig):
     reward_model_device: str | None = None
     """Device of the reward model; None: the first agent's device (never a hard-coded GPU)."""
     reward_learning_rate: float = 1e-5
+    """AdamW learning rate of the reward model."""
     reward_num_train_epochs: int = 1
+    """Passes over the training pairs per preference stage."""
     reward_train_batch_size: int = 8
+    """Pairs per reward-model optimizer step."""
     reward_max_length: int | None = None
     """Truncate joint texts (from the left) to this many tokens for the reward model."""
     reward_freeze_backbone: bool = False
@@ -94,26 +97,42 @@ class MARLHFConfig(MAGRPOConfig):
     preference_num_candidates: int = 8
     """Joint answers sampled per task instance to form pairs (the reference defaulted to 80)."""
     preference_pairs_per_sample: int | None = 16
+    """Pairs kept per task instance after `pair_selection`; None keeps every pair."""
     pair_selection: str = "reward_gap"
     """"reward_gap" (largest gaps first), "random" or "all" (in index order)."""
     collaboration_mode: str = "decentralized"
+    """Only "decentralized" (each agent its own model, the reference's default) is supported."""
     dpo_beta: float = 0.1
     """Accepted for compatibility with the reference config; MARLHF does not use it."""
     use_environment_step: bool = True
+    """Accepted for compatibility with the reference config (its MADPO step counter); unused."""
     environment_steps_per_pair: int = 2
+    """Accepted for compatibility with the reference config (its MADPO step counter); unused."""
     # Used when rl_algorithm is "iac" or "maac":
     critic_model_name: str | None = None
+    """IAC/MAAC backend: the critics' model id or dir; None: the first agent's."""
     critic_learning_rate: float | None = None
+    """IAC/MAAC backend: as `IACConfig.critic_learning_rate` (None: `agent_learning_rate`)."""
     critic_devices: str | list[str] | None = None
+    """IAC/MAAC backend: as `IACConfig.critic_devices`."""
     use_separate_critic: bool = True
+    """IAC backend: as `IACConfig.use_separate_critic`."""
     critic_type: str = "v"
+    """IAC/MAAC backend: as `IACConfig.critic_type`."""
     value_loss_coef: float = 0.6
+    """IAC/MAAC backend: as `IACConfig.value_loss_coef`."""
     value_clip_range: float | None = 0.2
+    """IAC/MAAC backend: as `IACConfig.value_clip_range`."""
     critic_value_head_hidden_dim: int | None = None
+    """IAC/MAAC backend: as `IACConfig.critic_value_head_hidden_dim`."""
     value_head_hidden_dim: int | None = None
+    """IAC backend: as `IACConfig.value_head_hidden_dim`."""
     critic_max_length: int | None = None
+    """MAAC backend: as `MAACConfig.critic_max_length`."""
     gae_lambda: float = 0.95
+    """IAC/MAAC backend: as `IACConfig.gae_lambda`."""
     ppo_epochs: int = 1
+    """IAC/MAAC backend: as `IACConfig.ppo_epochs`."""
 
     def __post_init__(self) -> None:
         self.rl_algorithm = str(self.rl_algorithm).lower()
@@ -166,8 +185,12 @@ class MARLHFIterConfig(MARLHFConfig):
     preference_scoring_reward: str = "task"
     """Label pairs with the task reward ("task") or the previous iteration's reward model ("reward_model")."""
     preference_replay_mode: str = "current"
+    """Which iterations' pairs train the reward model: current, nearest_k, all_history or lambda_decay
+    (see `replay_weights`)."""
     preference_replay_k: int | None = None
+    """nearest_k: the newest k non-empty iterations' pairs."""
     preference_replay_lambda: float | None = None
+    """lambda_decay: weight (1 - lambda) lambda^age per iteration's pairs, in [0, 1]."""
     preference_replay_sample_size: int | None = None
     """Pairs drawn from the replay per iteration; None: this iteration's pair count."""
     preference_replay_dir: str | None = None
@@ -177,9 +200,13 @@ class MARLHFIterConfig(MARLHFConfig):
     iteration's start ("current_copy"), the agents of `comparator_history_k` iterations ago ("history"),
     or fixed models (`comparator_model_name` / `comparator_agents`, "model")."""
     comparator_model_name: str | None = None
+    """comparator_policy="model": one model id or dir for every agent's comparator."""
     comparator_agents: list[str] | None = None
+    """comparator_policy="model": one comparator model id or dir per agent."""
     comparator_num_candidates: int | None = None
+    """Comparator samples per task instance; None: `preference_num_candidates`."""
     comparator_history_k: int | None = None
+    """comparator_policy="history": compare with the agents of this many iterations ago (default 1)."""
 
     def __post_init__(self) -> None:
         super().__post_init__()

@@ -65,6 +65,7 @@ class MAGRPOConfig(LearnerConfig):
     reference_kl_enabled: bool = False
     """Shape returns with R' = R - coef * KL(pi || pi_ref) (k3 estimate summed over the completion)."""
     reference_kl_coef: float = 0.1
+    """Weight of the KL penalty in R' = R - coef * KL(pi || pi_ref) when `reference_kl_enabled`."""
     reference_devices: str | list[str] | None = None
     """Devices of the frozen reference copies; None: each agent's device."""
 
