@@ -456,11 +456,11 @@ class MARLHF:
                 self.policy.reward_normalization = (float(candidate_scores.mean()),
                                                     max(float(candidate_scores.std(unbiased=False)), 1e-6))
         else:
-            warnings.warn(
-                f"preference stage {self.iteration}: no preference pairs (the candidates of every task instance "
-                "tied, and replay had none), so no reward model was trained; " + ("the previous iteration's reward model stays in use." if self.reward_model is not None
-                               else "no reward model exists yet, so this iteration's policy phase is skipped."),
-                stacklevel=2)
+            outcome = ("the previous iteration's reward model stays in use." if self.reward_model is not None
+                       else "no reward model exists yet, so this iteration's policy phase is skipped.")
+            warnings.warn(f"preference stage {self.iteration}: no preference pairs (the candidates of every task "
+                          f"instance tied, and replay had none), so no reward model was trained; {outcome}",
+                          stacklevel=2)
         self.policy.reward_model = self.reward_model
         self.policy.logger.log(metrics, self.policy.env_steps)
         return metrics

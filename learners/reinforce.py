@@ -269,7 +269,8 @@ class MAGRPO(Learner):
 
     def _reference_kl(self, rollout: Rollout, agent: int, logprobs: torch.Tensor) -> torch.Tensor:
         """k3 estimate per sample: sum_t exp(ref - pi) - (ref - pi) - 1 over completion tokens."""
-        ref = sampled_logprobs(self.reference_models[agent], rollout.samples[agent], temperature=self.logprob_temperature)
+        ref = sampled_logprobs(self.reference_models[agent], rollout.samples[agent],
+                               temperature=self.logprob_temperature)
         diff = ref - logprobs
         mask = rollout.samples[agent].completion_mask
         return ((diff.exp() - diff - 1) * mask).sum(-1)

@@ -170,7 +170,8 @@ def completion_logprobs(model: PreTrainedModel, batch: SampleBatch, temperature:
     return token_logprobs(logits, completion_ids, temperature) * batch.completion_mask.to(device)
 
 
-def sampled_logprobs(model: PreTrainedModel, batch: SampleBatch, rows: int = 16, temperature: float = 1.0) -> torch.Tensor:
+def sampled_logprobs(model: PreTrainedModel, batch: SampleBatch, rows: int = 16,
+                     temperature: float = 1.0) -> torch.Tensor:
     """`completion_logprobs` without gradients, `rows` sequences per forward (bounds the logits' memory), on CPU."""
     out = torch.zeros(batch.completion_ids.shape, dtype=torch.float32)
     with torch.no_grad():
@@ -230,11 +231,12 @@ class RolloutEngine:
                 logprob_temperature=cfg.logprob_temperature)
             completion_mask = _completion_mask(completion, eos_ids, tok.pad_token_id, stop_strings=False)
         else:
-            completion, lengths = self._hf_generate(agent, ids, mask, num_samples, greedy, eos_ids)
-            if lengths is None:
+            completion, sampled = self._hf_generate(agent, ids, mask, num_samples, greedy, eos_ids)
+            if sampled is None:  # beam search: read the ids
                 completion_mask = _completion_mask(completion, eos_ids, tok.pad_token_id, bool(cfg.stop_strings))
             else:
-                completion_mask = (torch.arange(completion.shape[1], device=completion.device) < lengths[:, None]).long()
+                positions = torch.arange(completion.shape[1], device=completion.device)
+                completion_mask = (positions < sampled[:, None].to(completion.device)).long()
         completion = completion.masked_fill(completion_mask == 0, tok.pad_token_id)
         lengths = completion_mask.sum(1).tolist()
         rows = completion.tolist()
