@@ -118,37 +118,31 @@ def char_similarity(completions: list[str], references: str | Sequence[str]) -> 
 # ----- word overlap (ROUGE-1 style) ---------------------------------------------------
 
 
-def _matches(candidate: str, reference: str) -> tuple[int, int, int]:
-    """(clipped unigram matches, candidate words, reference words)."""
-    cand, ref = Counter(_WORD.findall(candidate.lower())), Counter(_WORD.findall(reference.lower()))
-    return sum((cand & ref).values()), sum(cand.values()), sum(ref.values())
+def _overlap_counts(candidates: list[str], references: list[str]) -> list[tuple[int, int, int]]:
+    """Per pair: (clipped unigram matches, candidate words, reference words), case-insensitive."""
+    counts = []
+    for candidate, reference in zip(candidates, references, strict=True):
+        cand, ref = Counter(_WORD.findall(candidate.lower())), Counter(_WORD.findall(reference.lower()))
+        counts.append((sum((cand & ref).values()), sum(cand.values()), sum(ref.values())))
+    return counts
 
 
 def overlap_precision(candidates: list[str], references: list[str]) -> list[float]:
     """Share of the candidate's words found in the reference (clipped counts); 0 for an empty candidate."""
-    rewards = []
-    for c, r in zip(candidates, references, strict=True):
-        hits, n_cand, _ = _matches(c, r)
-        rewards.append(hits / n_cand if n_cand else 0.0)
-    return rewards
+    return [hits / n_cand if n_cand else 0.0 for hits, n_cand, _ in _overlap_counts(candidates, references)]
 
 
 def overlap_recall(candidates: list[str], references: list[str]) -> list[float]:
     """Share of the reference's words found in the candidate (clipped counts); 0 for an empty reference."""
-    rewards = []
-    for c, r in zip(candidates, references, strict=True):
-        hits, _, n_ref = _matches(c, r)
-        rewards.append(hits / n_ref if n_ref else 0.0)
-    return rewards
+    return [hits / n_ref if n_ref else 0.0 for hits, _, n_ref in _overlap_counts(candidates, references)]
 
 
 def overlap_f1(candidates: list[str], references: list[str]) -> list[float]:
     """ROUGE-1 F1: harmonic mean of `overlap_precision` and `overlap_recall`, in [0, 1]."""
-    rewards = []
-    for c, r in zip(candidates, references, strict=True):
-        hits, n_cand, n_ref = _matches(c, r)
-        rewards.append(2 * hits / (n_cand + n_ref) if hits else 0.0)  # = 2PR / (P + R)
-    return rewards
+    return [
+        2 * hits / (n_cand + n_ref) if hits else 0.0  # = 2PR / (P + R)
+        for hits, n_cand, n_ref in _overlap_counts(candidates, references)
+    ]
 
 
 # ----- code -------------------------------------------------------------------------------

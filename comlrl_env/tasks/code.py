@@ -171,21 +171,17 @@ class HumanEvalCoop(TextParallelEnv):
         if isinstance(memory_mb, bool) or not isinstance(memory_mb, int) or memory_mb < 1:
             raise ValueError(f"memory_mb must be a positive int, got {memory_mb!r}.")
         self.timeout, self.memory_mb = float(timeout), memory_mb
-        self.problems = humaneval_problems()
+        humaneval_problems()  # load now: without the `code` extra, fail at make() with the install hint
+
+    @property
+    def problems(self) -> tuple[dict[str, str], ...]:
+        """All 164 problems: `humaneval_problems()`, cached per process (so neither copied nor pickled)."""
+        return humaneval_problems()
 
     @property
     def problem(self) -> dict[str, str]:
         """The current HumanEval problem (task_id, prompt, entry_point, canonical_solution, test, context)."""
         return self.problems[self.task["index"]]
-
-    def __getstate__(self) -> dict:
-        state = self.__dict__.copy()
-        del state["problems"]  # shared, read-only data: pickles stay small; reloaded from the cache
-        return state
-
-    def __setstate__(self, state: dict) -> None:
-        self.__dict__.update(state)
-        self.problems = humaneval_problems()
 
     def load_task(self, task_index: int | None) -> dict:
         if task_index is None:

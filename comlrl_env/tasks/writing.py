@@ -149,7 +149,6 @@ class DocSummary(TextParallelEnv):
             raise ValueError(f"max_docs must be a positive int, got {max_docs!r}.")
         self.summary_ratio, self.expand_ratio = float(summary_ratio), float(expand_ratio)
         self.max_docs = max_docs
-        self.docs = stdlib_docs(max_docs)
         if not self.docs:
             raise RuntimeError(
                 f"no module docstrings of {MIN_CHARS}-{MAX_CHARS} characters were found under "
@@ -157,14 +156,10 @@ class DocSummary(TextParallelEnv):
             )
         self.metadata = {**type(self).metadata, "num_tasks": len(self.docs)}
 
-    def __getstate__(self) -> dict:
-        state = self.__dict__.copy()
-        del state["docs"]  # shared, read-only corpus: pickles stay small; reloaded from the cache
-        return state
-
-    def __setstate__(self, state: dict) -> None:
-        self.__dict__.update(state)
-        self.docs = stdlib_docs(self.max_docs)
+    @property
+    def docs(self) -> tuple[tuple[str, str], ...]:
+        """The corpus: `stdlib_docs(max_docs)`, cached per process (so neither copied nor pickled)."""
+        return stdlib_docs(self.max_docs)
 
     def load_task(self, task_index: int | None) -> dict:
         if task_index is None:

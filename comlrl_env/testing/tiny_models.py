@@ -40,6 +40,7 @@ names already in it are overwritten.
 
 from __future__ import annotations
 
+import dataclasses
 import os
 import pathlib
 import sysconfig
@@ -126,31 +127,23 @@ def tiny_model(
             the message names the value and the fix.
     """
     path = pathlib.Path(dir)
-    _validate(path, arch, vocab_size, hidden_size, num_layers, num_heads, num_kv_heads, intermediate_size, seed)
+    shape = _Shape(vocab_size, hidden_size, num_layers, num_heads, num_kv_heads, intermediate_size)
+    _validate(path, arch, shape, seed)
 
     tokenizer = _build_tokenizer(vocab_size)
-    config = _model_config(
-        arch,
-        vocab_size=vocab_size,
-        hidden_size=hidden_size,
-        num_layers=num_layers,
-        num_heads=num_heads,
-        num_kv_heads=num_kv_heads,
-        intermediate_size=intermediate_size,
-        bos_token_id=tokenizer.bos_token_id,
-        eos_token_id=tokenizer.eos_token_id,
-        pad_token_id=tokenizer.pad_token_id,
-    )
+    # The model's config, its generation config and the tokenizer agree on these ids.
+    token_ids = {
+        "bos_token_id": tokenizer.bos_token_id,
+        "eos_token_id": tokenizer.eos_token_id,
+        "pad_token_id": tokenizer.pad_token_id,
+    }
+    config = _model_config(arch, shape, token_ids)
     # A private RNG stream: the weights depend on `seed` only, and the caller's
     # global torch RNG state survives the build.
     with torch.random.fork_rng(devices=[]):
         torch.manual_seed(seed)
         model = AutoModelForCausalLM.from_config(config, dtype=torch.float32)
-    model.generation_config = GenerationConfig(
-        bos_token_id=tokenizer.bos_token_id,
-        eos_token_id=tokenizer.eos_token_id,
-        pad_token_id=tokenizer.pad_token_id,
-    )
+    model.generation_config = GenerationConfig(**token_ids)
 
     path.mkdir(parents=True, exist_ok=True)
     model.save_pretrained(path)
@@ -158,29 +151,23 @@ def tiny_model(
     return path
 
 
-def _validate(
-    path: pathlib.Path,
-    arch: str,
-    vocab_size: int,
-    hidden_size: int,
-    num_layers: int,
-    num_heads: int,
-    num_kv_heads: int,
-    intermediate_size: int,
-    seed: int,
-) -> None:
+@dataclasses.dataclass(frozen=True)
+class _Shape:
+    """The size arguments of `tiny_model`, in its order (error messages follow it)."""
+
+    vocab_size: int
+    hidden_size: int
+    num_layers: int
+    num_heads: int
+    num_kv_heads: int
+    intermediate_size: int
+
+
+def _validate(path: pathlib.Path, arch: str, shape: _Shape, seed: int) -> None:
     """Raise a clear error for arguments that would fail later or build a broken model."""
     if arch not in ARCHS:
         raise ValueError(f"Unknown arch {arch!r}. Use one of {', '.join(repr(a) for a in ARCHS)}.")
-    ints = {
-        "vocab_size": vocab_size,
-        "hidden_size": hidden_size,
-        "num_layers": num_layers,
-        "num_heads": num_heads,
-        "num_kv_heads": num_kv_heads,
-        "intermediate_size": intermediate_size,
-        "seed": seed,
-    }
+    ints = {**dataclasses.asdict(shape), "seed": seed}
     for name, value in ints.items():
         # bool is an int subclass; True as a size is a mistake, not a 1.
         if not isinstance(value, int) or isinstance(value, bool):
@@ -188,6 +175,9 @@ def _validate(
     for name, value in ints.items():
         if name != "seed" and value < 1:
             raise ValueError(f"{name} must be >= 1, got {value}. Pass a positive int.")
+    vocab_size, hidden_size, num_heads, num_kv_heads = (
+        shape.vocab_size, shape.hidden_size, shape.num_heads, shape.num_kv_heads
+    )
     if vocab_size < MIN_VOCAB_SIZE:
         raise ValueError(
             f"vocab_size must be >= {MIN_VOCAB_SIZE} to hold the {NUM_BYTES} byte tokens plus "
@@ -282,40 +272,27 @@ def _build_tokenizer(vocab_size: int) -> PreTrainedTokenizerFast:
     )
 
 
-def _model_config(
-    arch: str,
-    *,
-    vocab_size: int,
-    hidden_size: int,
-    num_layers: int,
-    num_heads: int,
-    num_kv_heads: int,
-    intermediate_size: int,
-    bos_token_id: int,
-    eos_token_id: int,
-    pad_token_id: int,
-) -> PretrainedConfig:
+def _model_config(arch: str, shape: _Shape, token_ids: dict[str, int]) -> PretrainedConfig:
     """The ``transformers`` config for ``arch`` with the given shape and token ids."""
-    token_ids = {"bos_token_id": bos_token_id, "eos_token_id": eos_token_id, "pad_token_id": pad_token_id}
     if arch == "gpt2":
         return GPT2Config(
-            vocab_size=vocab_size,
+            vocab_size=shape.vocab_size,
             n_positions=MAX_POSITIONS,
-            n_embd=hidden_size,
-            n_layer=num_layers,
-            n_head=num_heads,
-            n_inner=intermediate_size,
+            n_embd=shape.hidden_size,
+            n_layer=shape.num_layers,
+            n_head=shape.num_heads,
+            n_inner=shape.intermediate_size,
             tie_word_embeddings=True,
             **token_ids,
         )
     config_class = Qwen2Config if arch == "qwen2" else LlamaConfig
     return config_class(
-        vocab_size=vocab_size,
-        hidden_size=hidden_size,
-        intermediate_size=intermediate_size,
-        num_hidden_layers=num_layers,
-        num_attention_heads=num_heads,
-        num_key_value_heads=num_kv_heads,
+        vocab_size=shape.vocab_size,
+        hidden_size=shape.hidden_size,
+        intermediate_size=shape.intermediate_size,
+        num_hidden_layers=shape.num_layers,
+        num_attention_heads=shape.num_heads,
+        num_key_value_heads=shape.num_kv_heads,
         max_position_embeddings=MAX_POSITIONS,
         tie_word_embeddings=True,
         **token_ids,
