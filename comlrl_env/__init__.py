@@ -1,6 +1,6 @@
 """comlrl_env: cooperative tasks for LLM agents as PettingZoo parallel environments with text actions."""
 
-from comlrl_env.base import AgentID, TextParallelEnv
+from comlrl_env.base import AgentID, TextParallelEnv, joint_text
 from comlrl_env.dataset_env import DatasetEnv, TransitionError
 from comlrl_env.registry import EnvNotFound, EnvSpec, make, register, registry, spec
 from comlrl_env.spaces import CHARSET, TextSpace
@@ -18,6 +18,7 @@ __all__ = [
     "TextParallelEnv",
     "TextSpace",
     "TransitionError",
+    "joint_text",
     "make",
     "register",
     "registry",

@@ -3,7 +3,7 @@
 Observations and actions are `str`. One episode is one task instance played
 for up to `num_turns` turns; every live agent acts at every turn. A subclass
 writes three methods and the base does the rest (seeding, histories, turn
-limits, clipping, malformed-action handling, `state()`, `clone()`, `render()`):
+limits, clipping, malformed-action handling, `observe()`, `state()`, `clone()`, `render()`):
 
     class Echo(TextParallelEnv):
         metadata = {**TextParallelEnv.metadata, "name": "echo-v0", "num_tasks": 3}
@@ -34,7 +34,7 @@ from __future__ import annotations
 import abc
 import copy
 import difflib
-from typing import Any
+from typing import Any, Mapping
 
 import gymnasium
 import numpy as np
@@ -43,9 +43,37 @@ from pettingzoo import ParallelEnv
 
 from comlrl_env.spaces import TextSpace
 
-__all__ = ["AgentID", "TextParallelEnv"]
+__all__ = ["AgentID", "TextParallelEnv", "joint_text"]
 
 AgentID = str
+
+def joint_text(state: str, actions: Mapping[AgentID, str]) -> str:
+    r"""`state` followed by the joint action `actions`, in the format of `TextParallelEnv.state()`.
+
+    A `[joint action]` line, then an `[<agent> action]` block per agent in the order of `actions`, all
+    separated by blank lines; with no actions, `state` unchanged. `env.state()` writes its last joint
+    action with this function, so a reward model or critic that reads `joint_text(env.state(), actions)`
+    sees the env's own format: for a one-turn episode it is exactly `env.state()` after the step.
+
+    >>> print(joint_text("[agent_0]\nSay hi.\n\n[agent_1]\nSay bye.", {"agent_0": "hi", "agent_1": "bye"}))
+    [agent_0]
+    Say hi.
+    <BLANKLINE>
+    [agent_1]
+    Say bye.
+    <BLANKLINE>
+    [joint action]
+    <BLANKLINE>
+    [agent_0 action]
+    hi
+    <BLANKLINE>
+    [agent_1 action]
+    bye
+    """
+    if not actions:
+        return state
+    return "\n\n".join([state, "[joint action]", *(f"[{a} action]\n{text}" for a, text in actions.items())])
+
 
 _EPISODE_FIELDS = (
     "agents",
@@ -247,13 +275,32 @@ class TextParallelEnv(ParallelEnv[AgentID, str, str], metaclass=abc.ABCMeta):
             self.agents = []
         return observations, rewards, terminations, truncations, infos
 
+    def observe(self, agent: AgentID) -> str:
+        """The agent's current observation, as the last `reset` or `step` returned it.
+
+        After the final step that is the last turn's observation (a finished episode shows no new one).
+
+        Raises:
+            RuntimeError: Called before `reset()`.
+            ValueError: `agent` has no observation in this episode.
+        """
+        if not self._observations:
+            raise RuntimeError("observe() called before reset(); call reset() first.")
+        if agent not in self._observations:
+            raise ValueError(f"no observation for agent {agent!r}; agents with one: {list(self._observations)}.")
+        return self._observations[agent]
+
+    @property
+    def observations(self) -> dict[AgentID, str]:
+        """A copy of every agent's current observation (see `observe`); empty before `reset()`."""
+        return dict(self._observations)
+
     def state(self) -> str:
-        """Joint text: every agent's observation, then (after a step) the last joint action."""
-        parts = [f"[{a}]\n{self._observations.get(a, '')}" for a in self.possible_agents]
-        if self.last_actions:
-            parts.append("[joint action]")
-            parts += [f"[{a} action]\n{self.last_actions.get(a, '')}" for a in self.possible_agents]
-        return "\n\n".join(parts)
+        """Joint text: every agent's observation, then (after a step) the last joint action (`joint_text`)."""
+        observations = "\n\n".join(f"[{a}]\n{self._observations.get(a, '')}" for a in self.possible_agents)
+        if not self.last_actions:
+            return observations
+        return joint_text(observations, {a: self.last_actions.get(a, "") for a in self.possible_agents})
 
     def clone(self) -> "TextParallelEnv":
         """An independent copy at the same state (shares datasets and reward functions)."""

@@ -19,13 +19,18 @@ import torch
 from torch import nn
 from transformers import AutoModelForCausalLM, AutoTokenizer, PreTrainedTokenizerBase
 
+import comlrl_env.base  # the module, not the package's names: `comlrl_env` imports `rewards` while it loads
+
 __all__ = ["RewardModel", "bradley_terry_loss", "encode_joint_texts", "joint_text"]
 
 
 def joint_text(state: str, completions: Sequence[str]) -> str:
-    """The reward model's input: the env's joint state text, then each agent's answer."""
-    answers = "\n".join(f"[agent_{i} action]\n{c}" for i, c in enumerate(completions))
-    return f"{state}\n\n[joint action]\n{answers}"
+    """The reward model's input: `comlrl_env.joint_text(state, ...)` with completion i as `agent_i`'s action.
+
+    For a final step from `state = env.state()` of an env with agents `agent_0 .. agent_{n-1}`, this is the
+    text `env.state()` shows after stepping `completions`.
+    """
+    return comlrl_env.base.joint_text(state, {f"agent_{i}": c for i, c in enumerate(completions)})
 
 
 def encode_joint_texts(

@@ -9,7 +9,8 @@ import re
 import numpy as np
 import pytest
 
-from comlrl_env import TextParallelEnv, TextSpace, make, register
+import rewards.models
+from comlrl_env import TextParallelEnv, TextSpace, joint_text, make, register
 from comlrl_env.testing import check_env
 from comlrl_env.testing.checks import EnvCheckError
 
@@ -467,6 +468,47 @@ def test_state_holds_every_observation_and_the_last_actions():
     state = env.state()
     assert all(o in state for o in obs.values())
     assert all(a in state for a in actions.values())
+
+
+def test_state_is_the_observations_then_the_joint_text_of_the_last_actions():
+    env = Echo()
+    env.reset(seed=0, options={"task_index": 1})
+    before = env.state()
+    assert before == "[agent_0]\nSay 'green'.\n\n[agent_1]\nSay 'green'."
+    env.step({"agent_1": "green!", "agent_0": "GREEN"})  # agents in possible_agents order, whatever the dict's
+    assert env.state() == joint_text(before, {"agent_0": "GREEN", "agent_1": "green!"})
+    assert env.state() == before + "\n\n[joint action]\n\n[agent_0 action]\nGREEN\n\n[agent_1 action]\ngreen!"
+    assert joint_text(before, {}) == before
+
+
+@pytest.mark.parametrize("make_env", [Echo, lambda: make("smoke/FormatAgreement-v1")], ids=["echo", "smoke"])
+def test_reward_model_text_is_env_state_after_the_step(make_env):
+    """rewards.models.joint_text(state before a step, completions) is what env.state() shows after it."""
+    env = make_env()
+    assert env.possible_agents == ["agent_0", "agent_1"] and env.num_turns == 1
+    env.reset(seed=0)
+    before = env.state()
+    completions = ["blue", "two lines\n\n[agent_0 action]\nand a fake header"]
+    env.step(dict(zip(env.possible_agents, completions)))
+    assert rewards.models.joint_text(before, completions) == env.state()
+
+
+def test_observe_returns_what_reset_and_step_returned():
+    env = Guess(num_turns=2)
+    assert env.observations == {}
+    with pytest.raises(RuntimeError, match=r"call reset\(\) first"):
+        env.observe("agent_0")
+    obs, _ = env.reset(seed=3, options={"task_index": 40})
+    assert {a: env.observe(a) for a in env.agents} == obs == env.observations
+    obs, *_ = env.step({"agent_0": "10", "agent_1": "x"})
+    assert {a: env.observe(a) for a in env.agents} == obs == env.observations
+    assert env.clone().observations == obs
+    last, *_ = env.step({"agent_0": "10", "agent_1": "x"})  # the final step shows no new observation
+    assert env.agents == [] and last == obs == env.observations
+    env.observations["agent_0"] = "changed"  # a copy: the env keeps its own
+    assert env.observe("agent_0") == obs["agent_0"]
+    with pytest.raises(ValueError, match="no observation for agent 'agent_7'"):
+        env.observe("agent_7")
 
 
 def test_clone_is_independent():
