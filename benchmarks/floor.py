@@ -32,8 +32,9 @@ from datasets import Dataset  # noqa: E402
 
 from learners import MAGRPO, MAGRPOConfig  # noqa: E402
 from learners.agents import prepare_tokenizer  # noqa: E402
-from learners.base import adamw  # noqa: E402
-from learners.rollout import GenerationSettings, RolloutEngine, completion_logprobs  # noqa: E402
+from learners.optim import adamw  # noqa: E402
+from learners.losses import completion_logprobs  # noqa: E402
+from learners.rollout import GenerationSettings, RolloutEngine  # noqa: E402
 
 
 def floor_seconds(model_dir: str, prompts: list[str], agents: int = 2, sampler: str = "lean") -> float:

@@ -27,7 +27,6 @@ each task instance, one sample per agent per turn.
 
 from __future__ import annotations
 
-import copy
 import dataclasses
 import os
 import time
@@ -36,18 +35,16 @@ from typing import Any
 import torch
 from torch import nn
 
-from learners.agents import load_causal_lm, model_name, resolve_sources
-from learners.base import (
-    Learner,
-    LearnerConfig,
-    enable_gradient_checkpointing,
-    save_pretrained_with_head,
-    seed_everything,
-)
-from learners.reinforce import POLICY_STATS, policy_loss, policy_stats
-from learners.rollout import Rollout, SampleBatch, completion_logprobs, rollout_metrics
-from learners.sampling import token_logprobs
-from rewards.models import encode_joint_texts
+from learners.agents import resolve_devices, resolve_sources, save_pretrained_with_head
+from learners.base import Learner
+from learners.config import LearnerConfig, canonicalize
+from learners.critics import CausalLMWithValueHead, ValueHead, load_critics
+from learners.data import seed_everything
+from learners.losses import POLICY_STATS, completion_logprobs, policy_loss, policy_stats, token_logprobs, value_loss
+from learners.metrics import MeanMetrics, rollout_metrics
+from learners.optim import accumulate_gradients, adamw, gradient_step
+from learners.rollout import Rollout, SampleBatch
+from rewards.models import encode_joint_texts, joint_text
 
 __all__ = [
     "CausalLMWithValueHead",
@@ -59,6 +56,7 @@ __all__ = [
     "MAACTrainer",
     "ValueHead",
     "gae_advantages",
+    "normalize_per_turn",
     "value_loss",
 ]
 
@@ -67,14 +65,17 @@ __all__ = [
 
 
 @dataclasses.dataclass
-class _ActorCriticConfig(LearnerConfig):
+class ActorCriticConfig(LearnerConfig):
     """Fields shared by IAC and MAAC (the reference's names and meanings)."""
 
     num_train_epochs: int = 40
+    """Passes over the task instances (the reference's actor-critic default)."""
     num_generations: int = 1
     """Independent episodes per task instance (parallel copies); 1 as in the reference."""
     rollout_buffer_size: int = 8
+    """Task instances rolled out together (the reference's actor-critic default)."""
     top_k: int | None = None
+    """Top-k sampling; None disables it (the reference's actor-critic default)."""
     critic_learning_rate: float | None = 5e-6
     """AdamW learning rate of the critics; None uses `agent_learning_rate`."""
     critic_type: str = "v"
@@ -95,19 +96,12 @@ class _ActorCriticConfig(LearnerConfig):
     """Average token terms per completion instead of summing them (the reference sums)."""
     critic_devices: str | list[str] | None = None
     """Device of the critic(s); None: the agents' devices."""
-    reference_kl_enabled: bool = False
-    """Accepted for compatibility with the reference config; reference KL is implemented in MAGRPO only."""
-    reference_kl_coef: float = 0.1
-    """Accepted for compatibility with the reference config; unused (reference KL is MAGRPO's)."""
-    reference_devices: str | list[str] | None = None
-    """Accepted for compatibility with the reference config; unused."""
 
     def __post_init__(self) -> None:
         super().__post_init__()
         if isinstance(self.num_generations, bool) or not isinstance(self.num_generations, int) or self.num_generations < 1:
             raise ValueError(f"num_generations must be >= 1, got {self.num_generations}.")
-        if self.critic_type not in ("v", "q"):
-            raise ValueError(f"critic_type must be 'v' or 'q', got {self.critic_type!r}.")
+        canonicalize(self, "critic_type", ("v", "q"))
         if not 0.0 <= self.gae_lambda <= 1.0:
             raise ValueError(f"gae_lambda must be in [0, 1], got {self.gae_lambda}.")
         for name in ("value_loss_coef", "clip_range"):
@@ -119,12 +113,10 @@ class _ActorCriticConfig(LearnerConfig):
             raise ValueError(f"critic_learning_rate must be > 0 or None, got {self.critic_learning_rate}.")
         if isinstance(self.ppo_epochs, bool) or not isinstance(self.ppo_epochs, int) or self.ppo_epochs < 1:
             raise ValueError(f"ppo_epochs must be >= 1, got {self.ppo_epochs}.")
-        if self.reference_kl_enabled:
-            raise ValueError("reference_kl_enabled is implemented for MAGRPO only; use MAGRPO or leave it False.")
 
 
 @dataclasses.dataclass
-class IACConfig(_ActorCriticConfig):
+class IACConfig(ActorCriticConfig):
     """IAC settings; every field of the reference `IACConfig` is accepted with its meaning."""
 
     use_separate_critic: bool = True
@@ -136,7 +128,7 @@ class IACConfig(_ActorCriticConfig):
 
 
 @dataclasses.dataclass
-class MAACConfig(_ActorCriticConfig):
+class MAACConfig(ActorCriticConfig):
     """MAAC settings; the critic head size comes from `model_config["critic_value_head_hidden_dim"]`."""
 
     critic_max_length: int | None = None
@@ -149,53 +141,6 @@ class MAACConfig(_ActorCriticConfig):
                                                    or not isinstance(self.critic_max_length, int)
                                                    or self.critic_max_length < 1):
             raise ValueError(f"critic_max_length must be a positive int or None, got {self.critic_max_length!r}.")
-
-
-# ----- value heads ------------------------------------------------------------------------
-
-
-class ValueHead(nn.Module):
-    """Scalar value of a hidden state: Linear(d, 1), or Linear(d, h) -> Tanh -> Linear(h, 1)."""
-
-    def __init__(self, input_dim: int, hidden_dim: int | None = None) -> None:
-        super().__init__()
-        if hidden_dim:
-            self.net = nn.Sequential(nn.Linear(input_dim, hidden_dim), nn.Tanh(), nn.Linear(hidden_dim, 1))
-        else:
-            self.net = nn.Sequential(nn.Linear(input_dim, 1))
-        for layer in self.net:
-            if isinstance(layer, nn.Linear):
-                nn.init.normal_(layer.weight, std=0.02)
-                nn.init.zeros_(layer.bias)
-
-    def forward(self, hidden: torch.Tensor) -> torch.Tensor:
-        return self.net(hidden).squeeze(-1)
-
-
-class CausalLMWithValueHead:
-    """Namespace for attaching a `ValueHead` to an HF causal LM as `model.value_head`.
-
-    The model stays a normal HF model (it still generates, saves and moves like
-    one); the head is a submodule, so its parameters train with the model's
-    optimizer and appear in its state dict under `value_head.*`.
-    """
-
-    @staticmethod
-    def attach(model: nn.Module, hidden_dim: int | None = None) -> nn.Module:
-        size = getattr(model.config, "hidden_size", None) or getattr(model.config, "n_embd", None)
-        if size is None:
-            raise ValueError(f"cannot find the hidden size of {type(model).__name__} (no hidden_size or n_embd).")
-        param = next(model.parameters())
-        model.value_head = ValueHead(size, hidden_dim).to(device=param.device, dtype=param.dtype)
-        return model
-
-    @staticmethod
-    def hidden_states(model: nn.Module, input_ids: torch.Tensor, attention_mask: torch.Tensor) -> torch.Tensor:
-        """Last-layer hidden states `(S, L, d)` of the backbone, positions following the mask."""
-        positions = (attention_mask.cumsum(1) - 1).clamp(min=0)
-        out = model.base_model(input_ids=input_ids, attention_mask=attention_mask, position_ids=positions,
-                               use_cache=False)
-        return out.last_hidden_state
 
 
 # ----- pure functions ---------------------------------------------------------------------------
@@ -239,122 +184,116 @@ def normalize_per_turn(adv: torch.Tensor, turn: torch.Tensor, eps: float = 1e-6)
     return out
 
 
-def value_loss(values: torch.Tensor, old_values: torch.Tensor, targets: torch.Tensor, clip: float | None) -> torch.Tensor:
-    """mean max((y - V)^2, (y - V_clip)^2), V_clip = V_old + clip(V - V_old, +-clip); plain MSE when clip is None."""
-    loss = (targets - values) ** 2
-    if clip is not None:
-        clipped = old_values + (values - old_values).clamp(-clip, clip)
-        loss = torch.maximum(loss, (targets - clipped) ** 2)
-    return loss.mean()
 
 
 # ----- the shared learner ------------------------------------------------------------------
 
 
-class _ActorCritic(Learner):
-    """What IAC and MAAC share: the rollout, GAE, the actor update; critics differ."""
+class ActorCritic(Learner):
+    """What IAC and MAAC share: the rollout, GAE and the update loop; their critics differ.
+
+    A subclass provides `critic_values(rollout)` `(C, S)` (C = agents for IAC, 1 for MAAC),
+    `critic_rewards(rewards)` `(C, S)` and `minibatch_step(...)`, one optimizer step of every actor
+    and critic on a minibatch of samples.
+    """
 
     def step(self, roots: list) -> dict[str, float]:
-        cfg: _ActorCriticConfig = self.args
-        rollout = self.engine.collect(roots, cfg.num_generations, "parallel", "aligned", cfg.discount)
-        rollout = self._relabel(rollout)
-        self.env_steps += int(self.dist.sum(rollout.num_joint_actions))
+        """One rollout of the batch `roots`, GAE(lambda) advantages and value targets, one update."""
+        cfg: ActorCriticConfig = self.args
+        rollout = self.collect(roots, cfg.num_generations)
         t0 = time.perf_counter()
-        old_values = self.critic_values(rollout)  # (C, S): C = agents (IAC) or 1 (MAAC)
-        rewards = self.critic_rewards(rollout)
-        adv, targets = gae_advantages(rewards, old_values, rollout.next_index, rollout.turn, cfg.discount,
-                                      cfg.gae_lambda)
+        old_logprobs = [self.old_logprobs(a, rollout) for a in range(self.num_agents)] if cfg.reference_kl_enabled else None
+        kl = self.reference_kl(rollout, old_logprobs) if cfg.reference_kl_enabled else None
+        rewards = rollout.rewards if kl is None else rollout.rewards - cfg.reference_kl_coef * kl
+        old_values = self.critic_values(rollout)  # (C, S)
+        adv, targets = gae_advantages(self.critic_rewards(rewards), old_values, rollout.next_index, rollout.turn,
+                                      cfg.discount, cfg.gae_lambda)
         actor_adv = adv if adv.shape[0] == self.num_agents else adv.expand(self.num_agents, -1)
         if cfg.advantage_normalization:
             actor_adv = normalize_per_turn(actor_adv, rollout.turn)
-        passes = [self._minibatches(rollout.num_samples, p) for p in range(cfg.ppo_epochs)]  # reshuffled each pass
-        reuse = sum(len(chunks) for chunks in passes) > 1
-        old_logprobs = [self._old_logprobs(a, rollout) for a in range(self.num_agents)] if reuse else None
-        metrics: dict[str, float] = {}
-        for chunks in passes:
-            for idx in chunks:
-                metrics.update(self.update(rollout, idx, actor_adv, old_logprobs, old_values, targets))
+        metrics = self.update(rollout, actor_adv, old_values, targets, old_logprobs)
         metrics["perf/seconds_update"] = time.perf_counter() - t0
-        metrics.update(rollout_metrics(rollout, actor_adv))
+        metrics.update(rollout_metrics(rollout, actor_adv, kl))
         for c in range(old_values.shape[0]):
             metrics[f"train/critic_{c}/value_mean"] = float(old_values[c].mean())
             metrics[f"train/critic_{c}/target_mean"] = float(targets[c].mean())
         return metrics
 
+    def update(self, rollout: Rollout, adv: torch.Tensor, old_values: torch.Tensor, targets: torch.Tensor,
+               old_logprobs: list[torch.Tensor] | None = None) -> dict[str, float]:
+        """`ppo_epochs` passes over one rollout, each reshuffled into minibatches of samples; one optimizer
+        step of every actor and critic per minibatch. Returns each metric averaged over the steps."""
+        cfg: ActorCriticConfig = self.args
+        passes = [self.minibatches(rollout.num_samples, p) for p in range(cfg.ppo_epochs)]
+        if old_logprobs is None and sum(len(chunks) for chunks in passes) > 1:  # the policy moves: ratio needed
+            old_logprobs = [self.old_logprobs(a, rollout) for a in range(self.num_agents)]
+        means = MeanMetrics()
+        for chunks in passes:
+            for idx in chunks:
+                means.add(self.minibatch_step(rollout, idx, adv, old_logprobs, old_values, targets))
+        return means.means()
+
     def actor_step(self, a: int, rollout: Rollout, idx: torch.Tensor, adv: torch.Tensor,
                    old_logprobs: list[torch.Tensor] | None) -> dict[str, float]:
         """One optimizer step of actor `a` on the samples `idx` (`adv`: `(A, S)`)."""
+        cfg: ActorCriticConfig = self.args
         model, optimizer = self.agents[a], self.optimizers[a]
 
         def loss_fn(micro: torch.Tensor) -> tuple[torch.Tensor, ...]:
             batch = rollout.samples[a].select(micro)
-            logprobs = completion_logprobs(model, batch, self.logprob_temperature)
-            return self._policy_loss(a, micro, batch, logprobs, adv, old_logprobs)
+            logprobs = completion_logprobs(model, batch, cfg.logprob_temperature)
+            return self.policy_terms(a, micro, batch, logprobs, adv, old_logprobs)
 
-        norm, loss, *stats = self._accumulated_step(model, optimizer, idx, loss_fn)
-        return {f"train/agent_{a}/loss": loss, f"train/agent_{a}/grad_norm": norm,
-                f"train/agent_{a}/learning_rate": optimizer.param_groups[0]["lr"],
-                **{f"train/agent_{a}/{name}": x for name, x in zip(POLICY_STATS, stats)}}
+        optimizer.zero_grad(set_to_none=True)
+        terms = accumulate_gradients(idx, loss_fn, cfg.gradient_accumulation_steps)  # forward + backward
+        grad_norm = gradient_step(model, optimizer, len(idx), cfg.max_grad_norm, self.dist)
+        return {f"train/agent_{a}/grad_norm": grad_norm, f"train/agent_{a}/learning_rate": optimizer.param_groups[0]["lr"],
+                **{f"train/agent_{a}/{name}": x for name, x in zip(("loss", *POLICY_STATS), terms)}}
 
     def critic_step(self, c: int, rollout: Rollout, idx: torch.Tensor, old_values: torch.Tensor,
                     targets: torch.Tensor) -> dict[str, float]:
         """One optimizer step of critic `c` on the samples `idx` (`old_values`, `targets`: `(C, S)`)."""
-        coef = self.args.value_loss_coef
+        cfg: ActorCriticConfig = self.args
+        critic, optimizer = self.critics[c], self.critic_optimizers[c]
 
         def loss_fn(micro: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-            loss = self._value_loss(c, micro, self._critic_values(c, rollout, micro), old_values, targets)
-            return coef * loss, loss
+            loss = self.value_terms(c, micro, self.values_with_grad(c, rollout, micro), old_values, targets)
+            return cfg.value_loss_coef * loss, loss
 
-        norm, _, loss = self._accumulated_step(self.critics[c], self.critic_optimizers[c], idx, loss_fn)
-        return {f"train/critic_{c}/loss": loss, f"train/critic_{c}/grad_norm": norm}
+        optimizer.zero_grad(set_to_none=True)
+        terms = accumulate_gradients(idx, loss_fn, cfg.gradient_accumulation_steps)  # forward + backward
+        grad_norm = gradient_step(critic, optimizer, len(idx), cfg.max_grad_norm, self.dist)
+        return {f"train/critic_{c}/grad_norm": grad_norm, **({f"train/critic_{c}/loss": terms[1]} if terms else {})}
 
-    def _policy_loss(self, a: int, idx: torch.Tensor, batch: SampleBatch, logprobs: torch.Tensor, adv: torch.Tensor,
-                     old_logprobs: list[torch.Tensor] | None) -> tuple[torch.Tensor, ...]:
-        """Clipped policy loss of agent `a` on the samples `idx` (`batch`, `logprobs`: their rows; `adv`: `(A, S)`),
-        then the `policy_stats`; the ratio is 1 without old log-probs."""
-        cfg: _ActorCriticConfig = self.args
+    def policy_terms(self, a: int, idx: torch.Tensor, batch: SampleBatch, logprobs: torch.Tensor,
+                     adv: torch.Tensor, old_logprobs: list[torch.Tensor] | None) -> tuple[torch.Tensor, ...]:
+        """Clipped policy loss of agent `a` on the samples `idx` (`batch`, `logprobs`: their rows; `adv`:
+        `(A, S)`), then the `policy_stats`; the ratio is 1 without old log-probs."""
+        cfg: ActorCriticConfig = self.args
         old = logprobs.detach() if old_logprobs is None else old_logprobs[a][idx][:, : logprobs.shape[1]]
         old, advantages = old.to(logprobs.device), adv[a, idx].to(logprobs.device)
         mask = batch.completion_mask.to(logprobs.device)
         loss = policy_loss(logprobs, old, advantages, mask, cfg.clip_range, cfg.length_normalization)
         return loss, *policy_stats(logprobs, old, advantages, mask, cfg.clip_range)
 
-    def _value_loss(self, c: int, idx: torch.Tensor, values: torch.Tensor, old_values: torch.Tensor,
+    def value_terms(self, c: int, idx: torch.Tensor, values: torch.Tensor, old_values: torch.Tensor,
                     targets: torch.Tensor) -> torch.Tensor:
         """Clipped value loss of critic `c`'s `values` on the samples `idx` (`old_values`, `targets`: `(C, S)`)."""
         return value_loss(values, old_values[c, idx].to(values.device), targets[c, idx].to(values.device),
                           self.args.value_clip_range)
 
-    def _empty_step(self) -> dict[str, float]:
-        """No local samples left (torchrun): join the other ranks' steps with zero gradients."""
-        for model, optimizer in zip(self.agents, self.optimizers):
-            self._optimizer_step(model, optimizer, None, 0)
-        for critic, optimizer in zip(self.critics, self.critic_optimizers):
-            self._optimizer_step(critic, optimizer, None, 0)
-        return {}
-
-    # ----- shared helpers ------------------------------------------------------------------
+    def _load_critics(self, sources: list[Any], count: int, hidden_dim: int | None) -> None:
+        """Load the critics (with value heads) on their devices, and their optimizers and schedules."""
+        cfg: ActorCriticConfig = self.args
+        devices = resolve_devices(cfg.critic_devices, count, what="critic", default=self.devices)
+        self.critics = load_critics(sources, devices, self.model_config, hidden_dim, cfg.gradient_checkpointing)
+        self._critic_optimizers()
 
     def _critic_optimizers(self) -> None:
-        cfg: _ActorCriticConfig = self.args
+        cfg: ActorCriticConfig = self.args
         lr = cfg.critic_learning_rate if cfg.critic_learning_rate is not None else cfg.agent_learning_rate
-        self.critic_optimizers = [self._optimizer(c.parameters(), lr) for c in self.critics]
+        self.critic_optimizers = [adamw(c.parameters(), lr, cfg.weight_decay) for c in self.critics]
         self.critic_schedulers = [self._scheduler(o) for o in self.critic_optimizers]
-
-    def _load_critic_models(self, sources: list[Any], hidden_dim: int | None, devices: list[torch.device]) -> list[nn.Module]:
-        loaded: dict[int, nn.Module] = {}
-        critics = []
-        for source, device in zip(sources, devices):
-            if isinstance(source, (str, os.PathLike)):
-                model = load_causal_lm(source, self.model_config, kwargs_key="critic_model_kwargs")
-            elif id(source) in loaded:  # one object for several agents: each gets its own copy
-                model = copy.deepcopy(loaded[id(source)])
-            else:
-                model = loaded[id(source)] = load_causal_lm(source, self.model_config)
-            critics.append(CausalLMWithValueHead.attach(model.to(device), hidden_dim))
-            if self.args.gradient_checkpointing:
-                enable_gradient_checkpointing(critics[-1])
-        return critics
 
     def checkpoint_modules(self) -> dict[str, nn.Module]:
         modules = super().checkpoint_modules()
@@ -366,25 +305,13 @@ class _ActorCritic(Learner):
                 list(self.schedulers) + list(self.critic_schedulers))
 
 
-def _critic_devices(spec: Any, count: int, fallback: list[torch.device]) -> list[torch.device]:
-    if spec is None:
-        return (fallback * count)[:count] if len(fallback) >= count else [fallback[0]] * count
-    if isinstance(spec, str):
-        return [torch.device(spec)] * count
-    spec = list(spec)
-    if len(spec) not in (1, count):
-        raise ValueError(f"critic_devices has {len(spec)} entries for {count} critics; give 1 or {count}.")
-    return [torch.device(s) for s in (spec * count if len(spec) == 1 else spec)]
-
-
 # ----- IAC ---------------------------------------------------------------------------------------
 
 
-class IAC(_ActorCritic):
+class IAC(ActorCritic):
     """Independent actor-critic: each agent has its own critic (separate LLM or a head on its backbone)."""
 
     config_class = IACConfig
-    name = "iac"
 
     def _validate(self) -> None:
         cfg: IACConfig = self.args
@@ -405,30 +332,30 @@ class IAC(_ActorCritic):
         cfg: IACConfig = self.args
         seed_everything(cfg.seed)  # value heads start identical across runs and ranks
         if cfg.use_separate_critic:
-            sources = resolve_sources("critic", self.critic_model, self.critic_sources, self.num_agents, broadcast_objects=True)
-            devices = _critic_devices(cfg.critic_devices, self.num_agents, self.devices)
-            self.critics = self._load_critic_models(sources, cfg.critic_value_head_hidden_dim, devices)
+            sources = resolve_sources("critic", self.critic_model, self.critic_sources, self.num_agents,
+                                      broadcast_objects=True)
+            self._load_critics(sources, self.num_agents, cfg.critic_value_head_hidden_dim)
             for i, (critic, tok) in enumerate(zip(self.critics, self.tokenizers)):
-                if critic.get_input_embeddings().weight.shape[0] < len(tok):
-                    raise ValueError(f"critic {i} has a vocabulary of {critic.get_input_embeddings().weight.shape[0]} "
-                                     f"but reads agent {i}'s token ids ({len(tok)} tokens); use a critic with the "
-                                     "actor's tokenizer.")
-            self.critic_names = [model_name(s) for s in sources]
+                vocab = critic.get_input_embeddings().weight.shape[0]
+                if vocab < len(tok):
+                    raise ValueError(f"critic {i} has a vocabulary of {vocab} but reads agent {i}'s token ids "
+                                     f"({len(tok)} tokens); use a critic with the actor's tokenizer.")
         else:
-            self.critics = []
             for agent in self.agents:
                 CausalLMWithValueHead.attach(agent, cfg.value_head_hidden_dim)
-        self._critic_optimizers()
+            self.critics = []
+            self._critic_optimizers()
         seed_everything(cfg.seed + self.dist.rank)  # ranks sample different completions
 
     def critic_values(self, rollout: Rollout) -> torch.Tensor:
         with torch.no_grad():
-            return torch.stack([self._values(a, rollout.samples[a])[0].cpu() for a in range(self.num_agents)])
+            return torch.stack([self.values(a, rollout.samples[a])[0].cpu() for a in range(self.num_agents)])
 
-    def critic_rewards(self, rollout: Rollout) -> torch.Tensor:
-        return rollout.rewards
+    def critic_rewards(self, rewards: torch.Tensor) -> torch.Tensor:
+        """Each agent's critic learns its agent's rewards `(A, S)`."""
+        return rewards
 
-    def _values(self, a: int, batch: SampleBatch, with_logprobs: bool = False) -> tuple[torch.Tensor, torch.Tensor | None]:
+    def values(self, a: int, batch: SampleBatch, with_logprobs: bool = False) -> tuple[torch.Tensor, torch.Tensor | None]:
         """Values `(S,)` of agent a's critic on its samples (and the actor's log-probs for a shared head)."""
         cfg: IACConfig = self.args
         model = self.critics[a] if cfg.use_separate_critic else self.agents[a]
@@ -446,47 +373,49 @@ class IAC(_ActorCritic):
         if with_logprobs:
             T = batch.completion_ids.shape[1]
             logits = model.get_output_embeddings()(hidden[:, P - 1:P + T - 1])
-            logprobs = token_logprobs(logits, batch.completion_ids.to(device), self.logprob_temperature)
+            logprobs = token_logprobs(logits, batch.completion_ids.to(device), cfg.logprob_temperature)
             logprobs = logprobs * batch.completion_mask.to(device)
         return values.float(), logprobs
 
-    def update(self, rollout: Rollout, idx: torch.Tensor, adv: torch.Tensor, old_logprobs: list | None,
-               old_values: torch.Tensor, targets: torch.Tensor) -> dict[str, float]:
-        cfg: IACConfig = self.args
-        if len(idx) == 0:
-            return self._empty_step()
+    def values_with_grad(self, c: int, rollout: Rollout, idx: torch.Tensor) -> torch.Tensor:
+        """Values `(len(idx),)` of agent c's separate critic on the samples `idx`, with gradients."""
+        return self.values(c, rollout.samples[c].select(idx))[0]
+
+    def minibatch_step(self, rollout: Rollout, idx: torch.Tensor, adv: torch.Tensor, old_logprobs: list | None,
+                       old_values: torch.Tensor, targets: torch.Tensor) -> dict[str, float]:
+        """One optimizer step of every actor and its critic (or shared value head) on the samples `idx`."""
         metrics: dict[str, float] = {}
         for a in range(self.num_agents):
-            if cfg.use_separate_critic:
+            if self.args.use_separate_critic:
                 metrics.update(self.actor_step(a, rollout, idx, adv, old_logprobs))
                 metrics.update(self.critic_step(a, rollout, idx, old_values, targets))
             else:
-                metrics.update(self._shared_step(a, rollout, idx, adv, old_logprobs, old_values, targets))
+                metrics.update(self.shared_step(a, rollout, idx, adv, old_logprobs, old_values, targets))
         return metrics
 
-    def _critic_values(self, c: int, rollout: Rollout, idx: torch.Tensor) -> torch.Tensor:
-        """Values `(len(idx),)` of agent c's separate critic on the samples `idx`, with gradients."""
-        return self._values(c, rollout.samples[c].select(idx))[0]
-
-    def _shared_step(self, a: int, rollout: Rollout, idx: torch.Tensor, adv: torch.Tensor,
-                     old_logprobs: list | None, old_values: torch.Tensor, targets: torch.Tensor) -> dict[str, float]:
+    def shared_step(self, a: int, rollout: Rollout, idx: torch.Tensor, adv: torch.Tensor,
+                    old_logprobs: list | None, old_values: torch.Tensor, targets: torch.Tensor) -> dict[str, float]:
         """One optimizer step of actor `a` and its value head: one forward gives log-probs and values, and the
         loss is policy loss + value_loss_coef * value loss."""
         cfg: IACConfig = self.args
         model, optimizer = self.agents[a], self.optimizers[a]
 
-        def loss_fn(micro: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+        def loss_fn(micro: torch.Tensor) -> tuple[torch.Tensor, ...]:
             batch = rollout.samples[a].select(micro)
-            values, logprobs = self._values(a, batch, with_logprobs=True)
-            critic_loss = self._value_loss(a, micro, values, old_values, targets)
-            actor_loss, *stats = self._policy_loss(a, micro, batch, logprobs, adv, old_logprobs)
+            values, logprobs = self.values(a, batch, with_logprobs=True)
+            critic_loss = self.value_terms(a, micro, values, old_values, targets)
+            actor_loss, *stats = self.policy_terms(a, micro, batch, logprobs, adv, old_logprobs)
             return actor_loss + cfg.value_loss_coef * critic_loss, actor_loss, critic_loss, *stats
 
-        norm, _, actor_loss, critic_loss, *stats = self._accumulated_step(model, optimizer, idx, loss_fn)
-        return {f"train/agent_{a}/loss": actor_loss, f"train/agent_{a}/grad_norm": norm,
-                f"train/agent_{a}/learning_rate": optimizer.param_groups[0]["lr"],
-                f"train/critic_{a}/loss": critic_loss,
-                **{f"train/agent_{a}/{name}": x for name, x in zip(POLICY_STATS, stats)}}
+        optimizer.zero_grad(set_to_none=True)
+        terms = accumulate_gradients(idx, loss_fn, cfg.gradient_accumulation_steps)  # forward + backward
+        grad_norm = gradient_step(model, optimizer, len(idx), cfg.max_grad_norm, self.dist)
+        metrics = {f"train/agent_{a}/grad_norm": grad_norm, f"train/agent_{a}/learning_rate": optimizer.param_groups[0]["lr"]}
+        if terms:
+            _, actor_loss, critic_loss, *stats = terms
+            metrics.update({f"train/agent_{a}/loss": actor_loss, f"train/critic_{a}/loss": critic_loss,
+                            **{f"train/agent_{a}/{name}": x for name, x in zip(POLICY_STATS, stats)}})
+        return metrics
 
     def _save_extra_models(self, output_dir: str) -> None:
         """Separate critics go to `agent_{i}/critic/` (with `value_head.pt`); shared heads are saved with the agent."""
@@ -497,11 +426,10 @@ class IAC(_ActorCritic):
 # ----- MAAC --------------------------------------------------------------------------------------
 
 
-class MAAC(_ActorCritic):
+class MAAC(ActorCritic):
     """Multi-agent actor-critic with one centralized critic over the joint text."""
 
     config_class = MAACConfig
-    name = "maac"
 
     def _validate(self) -> None:
         if self.critic_model is None and self.critic_sources is None:
@@ -515,23 +443,18 @@ class MAAC(_ActorCritic):
         cfg: MAACConfig = self.args
         seed_everything(cfg.seed)  # the value head starts identical across runs and ranks
         sources = resolve_sources("critic", self.critic_model, self.critic_sources, 1)
-        devices = _critic_devices(cfg.critic_devices, 1, self.devices)
-        hidden = self.model_config.get("critic_value_head_hidden_dim")
-        self.critics = self._load_critic_models(sources, hidden, devices)
-        self.critic_names = [model_name(s) for s in sources]
-        self._critic_optimizers()
+        self._load_critics(sources, 1, self.model_config.get("critic_value_head_hidden_dim"))
         seed_everything(cfg.seed + self.dist.rank)  # ranks sample different completions
 
-    def _joint_texts(self, rollout: Rollout, idx: torch.Tensor) -> list[str]:
-        """The critic's input: env.state() (V), plus the sampled joint action (Q)."""
+    def joint_texts(self, rollout: Rollout, idx: torch.Tensor) -> list[str]:
+        """The critic's input: env.state() (V), plus the sampled joint action (Q), as the reward model reads it."""
         texts = [rollout.states[i] for i in idx.tolist()]
         if self.args.critic_type == "q":
-            texts = [t + "\n\n[joint action]\n" + "\n".join(
-                f"[agent_{a} action]\n{rollout.samples[a].completions[i]}" for a in range(self.num_agents))
-                for t, i in zip(texts, idx.tolist())]
+            texts = [joint_text(t, [rollout.samples[a].completions[i] for a in range(self.num_agents)])
+                     for t, i in zip(texts, idx.tolist())]
         return texts
 
-    def _joint_values(self, texts: list[str]) -> torch.Tensor:
+    def joint_values(self, texts: list[str]) -> torch.Tensor:
         """Values of joint texts, each cut to its last `critic_max_length` tokens (as the reward model cuts)."""
         critic = self.critics[0]
         ids, mask = encode_joint_texts(self.tokenizers[0], texts, self.args.critic_max_length)
@@ -540,25 +463,25 @@ class MAAC(_ActorCritic):
 
     def critic_values(self, rollout: Rollout) -> torch.Tensor:
         with torch.no_grad():
-            return self._joint_values(self._joint_texts(rollout, torch.arange(rollout.num_samples))).cpu()[None]
+            return self.joint_values(self.joint_texts(rollout, torch.arange(rollout.num_samples))).cpu()[None]
 
-    def critic_rewards(self, rollout: Rollout) -> torch.Tensor:
-        """The team's reward: the mean over agents (the joint reward in cooperative tasks)."""
-        return rollout.rewards.mean(0, keepdim=True)
+    def critic_rewards(self, rewards: torch.Tensor) -> torch.Tensor:
+        """The team's reward `(1, S)`: the mean over agents of `rewards` `(A, S)` (the joint reward in
+        cooperative tasks)."""
+        return rewards.mean(0, keepdim=True)
 
-    def update(self, rollout: Rollout, idx: torch.Tensor, adv: torch.Tensor, old_logprobs: list | None,
-               old_values: torch.Tensor, targets: torch.Tensor) -> dict[str, float]:
-        if len(idx) == 0:
-            return self._empty_step()
+    def values_with_grad(self, c: int, rollout: Rollout, idx: torch.Tensor) -> torch.Tensor:
+        """Values `(len(idx),)` of the centralized critic (c = 0) on the samples `idx`, with gradients."""
+        return self.joint_values(self.joint_texts(rollout, idx))
+
+    def minibatch_step(self, rollout: Rollout, idx: torch.Tensor, adv: torch.Tensor, old_logprobs: list | None,
+                       old_values: torch.Tensor, targets: torch.Tensor) -> dict[str, float]:
+        """One optimizer step of every actor, then one of the centralized critic, on the samples `idx`."""
         metrics: dict[str, float] = {}
         for a in range(self.num_agents):
             metrics.update(self.actor_step(a, rollout, idx, adv, old_logprobs))
-        metrics.update(self.critic_step(0, rollout, idx, old_values, targets))  # one critic step per minibatch
+        metrics.update(self.critic_step(0, rollout, idx, old_values, targets))
         return metrics
-
-    def _critic_values(self, c: int, rollout: Rollout, idx: torch.Tensor) -> torch.Tensor:
-        """Values `(len(idx),)` of the centralized critic (c = 0) on the samples `idx`, with gradients."""
-        return self._joint_values(self._joint_texts(rollout, idx))
 
     def _save_extra_models(self, output_dir: str) -> None:
         save_pretrained_with_head(self.critics[0], os.path.join(output_dir, "critic"), self.tokenizers[0])

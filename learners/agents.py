@@ -22,7 +22,8 @@ from typing import Any, Sequence
 import torch
 from transformers import AutoModelForCausalLM, AutoTokenizer, PreTrainedModel, PreTrainedTokenizerBase
 
-__all__ = ["convert_gguf", "load_agents", "model_name", "load_causal_lm", "prepare_tokenizer"]
+__all__ = ["agent_count", "convert_gguf", "enable_gradient_checkpointing", "load_agents", "load_causal_lm", "model_name",
+           "prepare_tokenizer", "resolve_devices", "save_pretrained_with_head"]
 
 _MODEL_CONFIG_KEYS = {"dtype", "torch_dtype", "attn_implementation", "model_kwargs", "special_tokens",
                       "critic_model_kwargs", "critic_value_head_hidden_dim"}
@@ -189,3 +190,71 @@ def convert_gguf(source_dir: str, gguf_file: str, target: str) -> str:
     model.save_pretrained(target)
     tokenizer.save_pretrained(target)
     return target
+
+
+def agent_count(num_agents: int | None, agents: Sequence[Any] | None, configured: int | None) -> int:
+    """The number of agents the constructor (`num_agents`, `agents`) and the config (`num_agents`) agree on."""
+    if num_agents is not None and (isinstance(num_agents, bool) or not isinstance(num_agents, int) or num_agents < 1):
+        raise ValueError(f"num_agents must be a positive int, got {num_agents!r}.")
+    if agents is not None and not isinstance(agents, (str, os.PathLike)) and isinstance(agents, Sequence):
+        if num_agents is not None and num_agents != len(agents):
+            raise ValueError(f"agents has {len(agents)} entries but num_agents={num_agents}; give one entry per agent.")
+        count = len(agents)
+    else:
+        count = num_agents if num_agents is not None else (configured or 2)
+    if configured is not None and configured != count:
+        raise ValueError(
+            f"args.num_agents={configured} but the constructor gives {count} agents; make them equal "
+            "(or leave args.num_agents=None)."
+        )
+    return count
+
+
+def resolve_devices(spec: Any, count: int, what: str = "agent", default: list[torch.device] | None = None,
+                    local_rank: int = 0, parallel_training: str = "none") -> list[torch.device]:
+    """One device per model (`what`: "agent" or "critic", for messages).
+
+    `spec` is a device for all, or a list of one per model (or of one to repeat). None: the `default`
+    devices (critics follow their agents), else cuda (this torchrun process's GPU) if available, else cpu;
+    with `parallel_training="mp"`, model i on GPU i modulo the GPUs there are.
+    """
+    if spec is None or spec == "auto":
+        if default is not None:
+            return (default * count)[:count] if len(default) >= count else [default[0]] * count
+        if not torch.cuda.is_available():
+            return [torch.device("cpu")] * count
+        if parallel_training == "mp":
+            return [torch.device(f"cuda:{i % torch.cuda.device_count()}") for i in range(count)]
+        return [torch.device(f"cuda:{local_rank}")] * count
+    if isinstance(spec, (str, torch.device)):
+        return [torch.device(spec)] * count
+    spec = list(spec)
+    if len(spec) not in (1, count):
+        raise ValueError(f"{what}_devices has {len(spec)} entries for {count} {what}s; give 1 or {count}.")
+    return [torch.device(s) for s in (spec * count if len(spec) == 1 else spec)]
+
+
+def enable_gradient_checkpointing(model: torch.nn.Module) -> None:
+    """Turn on HF gradient checkpointing while the model stays in eval mode (no dropout).
+
+    HF checkpoints a layer only when `layer.training` is set; we set that flag on the checkpointed
+    layers alone (not their submodules), so dropout stays off and generation (no grad) is unaffected.
+    """
+    target = getattr(model, "peft", model)  # a LoRA agent's shared PEFT model
+    target.gradient_checkpointing_enable(gradient_checkpointing_kwargs={"use_reentrant": False})
+    for module in target.modules():
+        if getattr(module, "gradient_checkpointing", False) is True:
+            module.training = True
+
+
+def save_pretrained_with_head(model: torch.nn.Module, path: str, tokenizer: Any = None) -> None:
+    """`save_pretrained` the backbone (loadable by the Auto classes); a `value_head` goes to `value_head.pt`."""
+    head = getattr(model, "value_head", None)
+    if head is None:
+        model.save_pretrained(path)
+    else:
+        state = {k: v for k, v in model.state_dict().items() if not k.startswith("value_head.")}
+        model.save_pretrained(path, state_dict=state)
+        torch.save(head.state_dict(), os.path.join(path, "value_head.pt"))
+    if tokenizer is not None:
+        tokenizer.save_pretrained(path)

@@ -55,12 +55,23 @@ class RunLogger:
         self._bar: Any = None
         self._file: Any = None
 
-    @property
     def wandb_identity(self) -> dict[str, Any] | None:
-        """`{"id", "project", "entity", "name"}` of the active wandb run, or None."""
-        if self.run is None:
+        """`{"id", "project", "entity", "name"}` (the known ones) of the active wandb run; None without one
+        or for a disabled run."""
+        run = self.run
+        if run is None or getattr(run, "disabled", False) or getattr(getattr(run, "settings", None), "mode", None) == "disabled":
             return None
-        return {k: getattr(self.run, k, None) for k in ("id", "project", "entity", "name")}
+        identity = {k: getattr(run, k, None) for k in ("id", "project", "entity", "name")}
+        identity = {k: v for k, v in identity.items() if isinstance(v, str) and v}
+        return identity if "id" in identity else None
+
+    def resume_wandb(self, identity: dict[str, Any] | None) -> None:
+        """Continue the wandb run of a checkpoint (`identity` as `wandb_identity()` gave it), unless the
+        wandb config names a run id or a resume mode of its own: the seed system's recipe."""
+        config = self.wandb_config
+        if identity and config is not None and "id" not in config and "resume" not in config:
+            saved = {k: v for k, v in identity.items() if k in ("project", "entity") and v}
+            self.wandb_config = {**saved, **config, "id": identity["id"], "resume": "allow"}
 
     def start(self, total: int, initial: int = 0) -> None:
         """Open the progress bar, the JSONL file and (if configured) the wandb run."""
@@ -98,13 +109,14 @@ class RunLogger:
                 self._bar.set_postfix(reward=f"{clean['train/reward_mean']:.3f}", refresh=False)
             self._bar.update(advance)
 
-    def close(self, finish_wandb: bool = True) -> None:
+    def close(self) -> None:
+        """Close the bar and the JSONL file, and finish the wandb run."""
         if self._bar is not None:
             self._bar.close()
             self._bar = None
         if self._file is not None:
             self._file.close()
             self._file = None
-        if self.run is not None and finish_wandb:
+        if self.run is not None:
             self.run.finish()
             self.run = None

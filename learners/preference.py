@@ -36,8 +36,10 @@ import torch
 
 from learners.actor_critic import IAC, MAAC, IACConfig, MAACConfig
 from learners.agents import load_causal_lm, model_name
-from learners.base import Learner, accumulate_gradients, adamw
+from learners.base import Learner
 from learners.checkpoint import CheckpointManager
+from learners.data import reset_roots
+from learners.optim import accumulate_gradients, adamw, gradient_step
 from learners.reinforce import MAGRPO, MAGRPOConfig
 from learners.rollout import Rollout, RolloutEngine
 from rewards.models import RewardModel, bradley_terry_loss, joint_text
@@ -324,14 +326,16 @@ class MARLHF:
             # As the seed: critics default to critic_model_name, else the first actor's id.
             critic_model = cfg.critic_model_name or model_name((kwargs.get("agents") or [kwargs.get("agent_model")])[0])
         self.policy: Learner = policy_cls(args=policy_cfg, critic_model=critic_model, critics=critics, **kwargs)
-        self.policy.wrapper = self  # our state_dict() rides in the policy learner's checkpoints
+        self.policy.wrapper = self  # our state_dict() and reward model ride in the policy learner's checkpoints
+        self.policy.relabel = self.relabel  # the reward model's scores replace the task reward in training
         # Every LR schedule (agents', critics') spans all iterations' policy epochs, not the first one's.
         self.policy.schedule_epochs = cfg.num_train_epochs * getattr(cfg, "num_iterations", 1)
         if self.policy.dist.enabled:
             raise ValueError("MARLHF under torchrun is not supported yet (each rank would learn its own reward "
                              "model); run it as a single process.")
         self.reward_device = torch.device(cfg.reward_model_device) if cfg.reward_model_device else self.policy.devices[0]
-        self.reward_model: RewardModel | None = None
+        self.reward_model: RewardModel | None = None  # frozen between stages; None: the task reward
+        self.reward_normalization: tuple[float, float] | None = None  # (mean, std) applied to its scores
         self.shards: list[list[dict[str, Any]]] = []  # pairs of each iteration (texts and rewards)
         self.iteration = 0
         self.policy_phases = 0  # iterations whose policy phase ran (one is skipped while no reward model exists)
@@ -390,14 +394,40 @@ class MARLHF:
     def state_dict(self) -> dict[str, Any]:
         """Preference data and history for checkpoints (strings, numbers and CPU tensors only)."""
         return {"iteration": self.iteration, "policy_phases": self.policy_phases, "shards": self.shards,
-                "history": self.history, "normalization": list(self.policy.reward_normalization or [])}
+                "history": self.history, "normalization": list(self.reward_normalization or [])}
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
         self.iteration = int(state["iteration"])
         self.policy_phases = int(state.get("policy_phases", self.iteration))
         self.shards = [list(s) for s in state["shards"]]
         self.history = [list(h) for h in state["history"]]
-        self.policy.reward_normalization = tuple(state["normalization"]) or None
+        self.reward_normalization = tuple(state["normalization"]) or None
+
+    def checkpoint_modules(self) -> dict[str, torch.nn.Module]:
+        """The frozen reward model, saved in the policy learner's checkpoints."""
+        return {"reward_model": self.reward_model} if self.reward_model is not None else {}
+
+    def relabel(self, rollout: Rollout) -> Rollout:
+        """With a reward model, its score of each joint answer replaces the task reward (the policy phase).
+
+        Single-turn only: the (optionally standardized) score of a joint answer is every agent's reward and
+        return. The task's returns stay available as `task_episode_returns` for metrics.
+        """
+        if self.reward_model is None:
+            return rollout
+        if int(rollout.turn.max()) > 0:
+            raise ValueError("a learned reward model scores single-turn episodes only; set num_turns=1.")
+        texts, _ = self._label(rollout, None)
+        scores = self.reward_model.score(texts)
+        if self.reward_normalization is not None:
+            mean, std = self.reward_normalization
+            scores = (scores - mean) / std
+        A, B = len(rollout.samples), rollout.episode_returns.shape[1]
+        rewards = scores.expand(A, rollout.num_samples).clone()
+        per_task = torch.zeros(B).index_add_(0, rollout.task, scores) / torch.bincount(rollout.task, minlength=B)
+        return dataclasses.replace(rollout, rewards=rewards, returns=rewards.clone(),
+                                   episode_returns=per_task.expand(A, B).clone(),
+                                   task_episode_returns=rollout.episode_returns)
 
     def _restore(self, path: str) -> None:
         """Rebuild the frozen reward model a checkpoint holds, then load everything (weights, pairs, counters)."""
@@ -406,7 +436,6 @@ class MARLHF:
                 self.reward_model_source, device=self.reward_device, freeze_backbone=self.args.reward_freeze_backbone,
                 max_length=self.args.reward_max_length,
             ).eval().requires_grad_(False)
-            self.policy.reward_model = self.reward_model
         self.policy.load_checkpoint(path)
         phase_end = self.args.num_train_epochs * (self.policy_phases + 1)
         self.policy.args.num_train_epochs = max(self.policy.epoch, phase_end)
@@ -435,7 +464,6 @@ class MARLHF:
         warns and logs `preference/stage_without_pairs = 1` (the reference library stops instead).
         """
         cfg = self.args
-        self.policy.reward_model = None  # candidates are labelled with the task reward (or `_pair_scorer()`)
         pairs, scores = self.collect_pairs(self._pair_scorer())
         self.shards.append(pairs)
         self._write_shard(pairs)
@@ -453,15 +481,14 @@ class MARLHF:
             self.reward_model.eval().requires_grad_(False)
             if cfg.reward_normalization:
                 candidate_scores = self.reward_model.score(scores)
-                self.policy.reward_normalization = (float(candidate_scores.mean()),
-                                                    max(float(candidate_scores.std(unbiased=False)), 1e-6))
+                self.reward_normalization = (float(candidate_scores.mean()),
+                                             max(float(candidate_scores.std(unbiased=False)), 1e-6))
         else:
             outcome = ("the previous iteration's reward model stays in use." if self.reward_model is not None
                        else "no reward model exists yet, so this iteration's policy phase is skipped.")
             warnings.warn(f"preference stage {self.iteration}: no preference pairs (the candidates of every task "
                           f"instance tied, and replay had none), so no reward model was trained; {outcome}",
                           stacklevel=2)
-        self.policy.reward_model = self.reward_model
         self.policy.logger.log(metrics, self.policy.env_steps)
         return metrics
 
@@ -470,12 +497,12 @@ class MARLHF:
         cfg, policy = self.args, self.policy
         P = cfg.preference_num_candidates
         gen = torch.Generator().manual_seed(cfg.seed * 31 + self.iteration)
-        order = policy._epoch_order(policy.env, epoch=-2 - self.iteration)
+        order = policy.epoch_order(policy.env, epoch=-2 - self.iteration)
         comparator = self._comparator_engine()
         pairs: list[dict[str, Any]] = []
         texts_all: list[str] = []
         for start in range(0, len(order), cfg.rollout_buffer_size):
-            roots = policy._reset_roots(policy.env, order[start:start + cfg.rollout_buffer_size])
+            roots = reset_roots(policy.env, order[start:start + cfg.rollout_buffer_size])
             twins = [r.clone() for r in roots] if comparator is not None else None
             current = policy.engine.collect(roots, P, "tree", "aligned", 1.0)
             policy.env_steps += current.num_joint_actions
@@ -534,7 +561,7 @@ class MARLHF:
             for idx in torch.randperm(len(train), generator=gen).split(cfg.reward_train_batch_size):
                 optimizer.zero_grad(set_to_none=True)
                 loss, accuracy = accumulate_gradients(idx, loss_fn, cfg.gradient_accumulation_steps)
-                optimizer.step()
+                gradient_step(rm, optimizer, len(idx), max_grad_norm=None)
                 losses.append(loss)
                 accuracies.append(accuracy * len(idx))
         rm.eval()

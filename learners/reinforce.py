@@ -20,14 +20,18 @@ smaller than the rollout) the ratio corrects for the policy having moved.
 
 from __future__ import annotations
 
-import copy
 import dataclasses
 import time
 
 import torch
 
-from learners.base import Learner, LearnerConfig, seed_everything
-from learners.rollout import Rollout, completion_logprobs, per_agent, rollout_metrics, sampled_logprobs
+from learners.base import Learner
+from learners.config import LearnerConfig, canonicalize
+from learners.data import seed_everything
+from learners.losses import POLICY_STATS, completion_logprobs, policy_loss, policy_stats
+from learners.metrics import MeanMetrics, rollout_metrics
+from learners.optim import accumulate_gradients, gradient_step
+from learners.rollout import Rollout, per_agent
 
 __all__ = [
     "MAGRPO",
@@ -40,7 +44,6 @@ __all__ = [
 ]
 
 ADVANTAGE_MODES = ("mean", "raw", "max", "rloo")
-POLICY_STATS = ("surrogate", "clip_fraction", "approx_kl", "entropy")
 
 
 @dataclasses.dataclass
@@ -62,30 +65,17 @@ class MAGRPOConfig(LearnerConfig):
     """PPO clipping of the ratio pi / pi_old when a rollout feeds several optimizer steps."""
     length_normalization: bool = False
     """Average token terms per completion instead of summing them (the reference sums)."""
-    reference_kl_enabled: bool = False
-    """Shape returns with R' = R - coef * KL(pi || pi_ref) (k3 estimate summed over the completion)."""
-    reference_kl_coef: float = 0.1
-    """Weight of the KL penalty in R' = R - coef * KL(pi || pi_ref) when `reference_kl_enabled`."""
-    reference_devices: str | list[str] | None = None
-    """Devices of the frozen reference copies; None: each agent's device."""
 
     def __post_init__(self) -> None:
         super().__post_init__()
         self._check_group_size()
-        if self.joint_mode == "align":
-            self.joint_mode = "aligned"
-        if self.joint_mode not in ("aligned", "cross"):
-            raise ValueError(f"joint_mode must be 'aligned' or 'cross', got {self.joint_mode!r}.")
-        if self.rollout_mode not in ("tree", "parallel"):
-            raise ValueError(f"rollout_mode must be 'tree' or 'parallel', got {self.rollout_mode!r}.")
+        canonicalize(self, "joint_mode", ("aligned", "cross"))
+        canonicalize(self, "rollout_mode", ("tree", "parallel"))
         if self.joint_mode == "cross" and self.rollout_mode != "tree":
             raise ValueError("joint_mode='cross' needs rollout_mode='tree'.")
-        if self.advantage_mode not in ADVANTAGE_MODES:
-            raise ValueError(f"advantage_mode must be one of {', '.join(ADVANTAGE_MODES)}, got {self.advantage_mode!r}.")
+        canonicalize(self, "advantage_mode", ADVANTAGE_MODES)
         if self.clip_range <= 0:
             raise ValueError(f"clip_range must be > 0, got {self.clip_range}.")
-        if self.reference_kl_coef < 0:
-            raise ValueError(f"reference_kl_coef must be >= 0, got {self.reference_kl_coef}.")
 
     def _check_group_size(self, minimum: int = 2) -> None:
         k = self.num_generations
@@ -133,68 +123,14 @@ def group_relative_advantages(
     return adv
 
 
-def policy_loss(
-    logprobs: torch.Tensor,
-    old_logprobs: torch.Tensor,
-    advantages: torch.Tensor,
-    mask: torch.Tensor,
-    clip_range: float = 0.2,
-    length_normalization: bool = False,
-) -> torch.Tensor:
-    """Clipped policy-gradient loss over completion tokens: `(S, T)` log-probs, `(S,)` advantages.
-
-    -mean_s sum_t min(rho A_s, clip(rho, 1 +- eps) A_s) m_st with rho = exp(logprobs - old_logprobs);
-    with `length_normalization` each completion's sum is divided by its length.
-    """
-    ratio = torch.exp(logprobs - old_logprobs)
-    adv = advantages[:, None]
-    surrogate = torch.minimum(ratio * adv, ratio.clamp(1 - clip_range, 1 + clip_range) * adv) * mask
-    per_sequence = surrogate.sum(-1)
-    if length_normalization:
-        per_sequence = per_sequence / mask.sum(-1).clamp(min=1)
-    return -per_sequence.mean()
-
-
-def policy_stats(
-    logprobs: torch.Tensor, old_logprobs: torch.Tensor, advantages: torch.Tensor, mask: torch.Tensor,
-    clip_range: float = 0.2,
-) -> torch.Tensor:
-    """Diagnostics of a policy step `(4,)`, in `POLICY_STATS` order: token means over the mask, no gradients.
-
-    surrogate: min(rho A, clip(rho, 1 +- eps) A), the clipped objective per token; clip_fraction: the
-    share of tokens with |rho - 1| > eps; approx_kl: (rho - 1) - log rho, an estimate of KL(pi_old || pi)
-    that is >= 0 token by token; entropy: -log pi_old of the sampled tokens, a Monte-Carlo estimate of the
-    sampling policy's per-token entropy. At rho = 1 (a rollout's first step) clip_fraction = approx_kl = 0.
-    Example: log rho = [log 1.5, 0], A = 1, eps 0.2 -> surrogate (1.2 + 1) / 2, clip_fraction 0.5.
-    """
-    with torch.no_grad():
-        log_ratio = logprobs - old_logprobs
-        ratio = log_ratio.exp()
-        adv = advantages[:, None]
-        surrogate = torch.minimum(ratio * adv, ratio.clamp(1 - clip_range, 1 + clip_range) * adv)
-        terms = torch.stack([surrogate, ((ratio - 1).abs() > clip_range).float(), ratio - 1 - log_ratio,
-                             -old_logprobs])
-        return (terms * mask).sum((1, 2)) / mask.sum().clamp(min=1)
-
-
 class MAGRPO(Learner):
     """Multi-agent GRPO on environment rollouts; see the module docstring for the objective."""
 
     config_class = MAGRPOConfig
-    name = "magrpo"
 
     def __init__(self, **kwargs) -> None:
         super().__init__(**kwargs)
-        cfg: MAGRPOConfig = self.args
-        self.reference_models = []
-        if cfg.reference_kl_enabled:
-            devices = cfg.reference_devices
-            devices = [devices] * self.num_agents if isinstance(devices, str) else devices or self.devices
-            for model, device in zip(self.agents, devices):
-                ref = copy.deepcopy(model).to(device).eval()
-                ref.requires_grad_(False)
-                self.reference_models.append(ref)
-        seed_everything(cfg.seed + self.dist.rank)  # ranks sample different completions
+        seed_everything(self.args.seed + self.dist.rank)  # ranks sample different completions
 
     def _validate(self) -> None:
         super()._validate()
@@ -206,74 +142,59 @@ class MAGRPO(Learner):
             )
 
     def step(self, roots: list) -> dict[str, float]:
+        """One rollout of the batch `roots`, group-relative advantages, one update; returns metrics."""
         cfg: MAGRPOConfig = self.args
-        rollout = self.engine.collect(roots, cfg.num_generations, cfg.rollout_mode, cfg.joint_mode, cfg.discount)
-        rollout = self._relabel(rollout)
-        self.env_steps += int(self.dist.sum(rollout.num_joint_actions))
+        rollout = self.collect(roots, cfg.num_generations, cfg.rollout_mode, cfg.joint_mode)
         t0 = time.perf_counter()
         groups = torch.unique(rollout.group)
         chunks = [torch.nonzero(torch.isin(rollout.group, groups[part])).squeeze(1)
-                  for part in self._minibatches(len(groups))]
+                  for part in self.minibatches(len(groups))]
         need_old = len(chunks) > 1 or cfg.reference_kl_enabled
-        old = [self._old_logprobs(a, rollout) for a in range(self.num_agents)] if need_old else None
-        returns, kl = rollout.returns, None
-        if cfg.reference_kl_enabled:
-            kl = torch.stack([self._reference_kl(rollout, a, old[a]) for a in range(self.num_agents)])
-            returns = returns - cfg.reference_kl_coef * kl
+        old = [self.old_logprobs(a, rollout) for a in range(self.num_agents)] if need_old else None
+        kl = self.reference_kl(rollout, old) if cfg.reference_kl_enabled else None
+        returns = rollout.returns if kl is None else rollout.returns - cfg.reference_kl_coef * kl
         advantages = group_relative_advantages(returns, rollout.group, cfg.advantage_mode, cfg.advantage_normalization)
         metrics = self.update(rollout, advantages, chunks, old)
         metrics["perf/seconds_update"] = time.perf_counter() - t0
         metrics.update(rollout_metrics(rollout, advantages, kl))
         return metrics
 
-    def update(
-        self, rollout: Rollout, advantages: torch.Tensor, chunks: list[torch.Tensor], old: list[torch.Tensor] | None
-    ) -> dict[str, float]:
-        """One optimizer step per agent per minibatch of groups; returns loss and gradient-norm metrics."""
-        cfg: MAGRPOConfig = self.args
-
-        def update_agent(a: int) -> dict[str, float]:
-            model, optimizer = self.agents[a], self.optimizers[a]
-
-            def loss_fn(micro: torch.Tensor) -> tuple[torch.Tensor, ...]:
-                batch = rollout.samples[a].select(micro)
-                logprobs = completion_logprobs(model, batch, self.logprob_temperature)
-                mask = batch.completion_mask.to(logprobs.device)
-                old_lp = logprobs.detach() if old is None else old[a][micro][:, : logprobs.shape[1]].to(logprobs.device)
-                adv = advantages[a, micro].to(logprobs.device)
-                loss = policy_loss(logprobs, old_lp, adv, mask, cfg.clip_range, cfg.length_normalization)
-                return loss, *policy_stats(logprobs, old_lp, adv, mask, cfg.clip_range)
-
-            sums, steps, norms = [0.0] * (1 + len(POLICY_STATS)), 0, []
-            for idx in chunks:
-                if len(idx) == 0:  # this rank has no groups left: join the others' step with zero gradients
-                    norms.append(self._optimizer_step(model, optimizer, None, 0))
-                    continue
-                norm, *terms = self._accumulated_step(model, optimizer, idx, loss_fn)
-                norms.append(norm)
-                sums, steps = [x + t for x, t in zip(sums, terms)], steps + 1
-            names = ["loss", *POLICY_STATS]
-            metrics = {f"train/agent_{a}/{n}": x / max(steps, 1) for n, x in zip(names, sums)}
-            metrics.update({f"train/agent_{a}/grad_norm": sum(norms) / len(norms),
-                            f"train/agent_{a}/learning_rate": optimizer.param_groups[0]["lr"]})
-            return metrics
-
+    def update(self, rollout: Rollout, advantages: torch.Tensor, chunks: list[torch.Tensor],
+               old: list[torch.Tensor] | None) -> dict[str, float]:
+        """Every agent's optimizer steps on one rollout, one per minibatch of groups (`chunks`); returns the
+        loss, policy statistics and gradient norm of each agent, averaged over its steps."""
         # Agents on their own accelerators update concurrently (never under torchrun: collectives stay ordered).
         concurrent = self.engine.concurrent and not self.dist.enabled
         metrics: dict[str, float] = {}
-        for part in per_agent(update_agent, self.num_agents, concurrent):
+        for part in per_agent(lambda a: self.update_agent(a, rollout, advantages, chunks, old), self.num_agents,
+                              concurrent):
             metrics.update(part)
         return metrics
 
-    # ----- helpers ------------------------------------------------------------------
+    def update_agent(self, a: int, rollout: Rollout, advantages: torch.Tensor, chunks: list[torch.Tensor],
+                     old: list[torch.Tensor] | None) -> dict[str, float]:
+        """Agent `a`'s optimizer steps on the minibatches `chunks` (sample rows) of `rollout`."""
+        cfg: MAGRPOConfig = self.args
+        model, optimizer = self.agents[a], self.optimizers[a]
 
-    def _reference_kl(self, rollout: Rollout, agent: int, logprobs: torch.Tensor) -> torch.Tensor:
-        """k3 estimate per sample: sum_t exp(ref - pi) - (ref - pi) - 1 over completion tokens."""
-        ref = sampled_logprobs(self.reference_models[agent], rollout.samples[agent],
-                               temperature=self.logprob_temperature)
-        diff = ref - logprobs
-        mask = rollout.samples[agent].completion_mask
-        return ((diff.exp() - diff - 1) * mask).sum(-1)
+        def loss_fn(micro: torch.Tensor) -> tuple[torch.Tensor, ...]:
+            batch = rollout.samples[a].select(micro)
+            logprobs = completion_logprobs(model, batch, cfg.logprob_temperature)
+            mask = batch.completion_mask.to(logprobs.device)
+            old_lp = logprobs.detach() if old is None else old[a][micro][:, : logprobs.shape[1]].to(logprobs.device)
+            adv = advantages[a, micro].to(logprobs.device)
+            loss = policy_loss(logprobs, old_lp, adv, mask, cfg.clip_range, cfg.length_normalization)
+            return loss, *policy_stats(logprobs, old_lp, adv, mask, cfg.clip_range)
+
+        means = MeanMetrics()
+        for idx in chunks:  # an empty one (torchrun: this rank has no groups left) joins the others' step
+            optimizer.zero_grad(set_to_none=True)
+            terms = accumulate_gradients(idx, loss_fn, cfg.gradient_accumulation_steps)  # forward + backward
+            grad_norm = gradient_step(model, optimizer, len(idx), cfg.max_grad_norm, self.dist)
+            means.add({"grad_norm": grad_norm, **dict(zip(("loss", *POLICY_STATS), terms))})
+        metrics = {f"train/agent_{a}/{name}": value for name, value in means.means().items()}
+        metrics[f"train/agent_{a}/learning_rate"] = optimizer.param_groups[0]["lr"]
+        return metrics
 
 
 MAGRPOTrainer = MAGRPO

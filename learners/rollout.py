@@ -42,36 +42,17 @@ from transformers import PreTrainedModel, PreTrainedTokenizerBase, StoppingCrite
 from transformers.generation.stopping_criteria import StopStringCriteria
 
 from comlrl_env.base import TextParallelEnv
-from learners.sampling import sample_completions, supports_lean_sampling, token_logprobs
+from learners.config import GenerationSettings
+from learners.sampling import sample_completions, supports_lean_sampling
 
 __all__ = [
     "GenerationSettings",
     "Rollout",
     "RolloutEngine",
     "SampleBatch",
-    "completion_logprobs",
     "distinct_accelerators",
     "per_agent",
-    "rollout_metrics",
-    "sampled_logprobs",
 ]
-
-
-@dataclasses.dataclass
-class GenerationSettings:
-    """How agents sample: temperature, top-p and top-k (None disables it) in our sampling loop; with
-    `generation_kwargs` or `stop_strings`, `model.generate` samples and gets `generation_kwargs` unchanged."""
-
-    max_new_tokens: int = 256
-    temperature: float = 0.6
-    top_p: float = 0.6
-    top_k: int | None = 50
-    use_chat_template: bool = False
-    stop_strings: list[str] | None = None
-    max_prompt_length: int | None = None
-    generation_kwargs: dict[str, Any] = dataclasses.field(default_factory=dict)
-    logprob_temperature: float = 1.0
-    """The kept log-probs are under softmax(z / this): the learners' scoring temperature."""
 
 
 @dataclasses.dataclass
@@ -147,39 +128,6 @@ class Rollout:
     @property
     def num_samples(self) -> int:
         return int(self.group.numel())
-
-
-def completion_logprobs(model: PreTrainedModel, batch: SampleBatch, temperature: float = 1.0) -> torch.Tensor:
-    """Per-token log softmax(z / temperature)(completion token | prompt, previous tokens), 0 off the mask: `(S, T)`.
-
-    One forward over the whole batch; positions follow the attention mask as in
-    `generate`, and logits are computed only for the completion positions.
-    """
-    device = model.device
-    prompt_ids, completion_ids = batch.prompt_ids.to(device), batch.completion_ids.to(device)
-    mask = torch.cat([batch.prompt_mask, batch.completion_mask], 1).to(device)
-    positions = (mask.cumsum(1) - 1).clamp(min=0)
-    T = completion_ids.shape[1]
-    logits = model(
-        input_ids=torch.cat([prompt_ids, completion_ids], 1),
-        attention_mask=mask,
-        position_ids=positions,
-        logits_to_keep=T + 1,
-        use_cache=False,
-    ).logits[:, :-1]
-    return token_logprobs(logits, completion_ids, temperature) * batch.completion_mask.to(device)
-
-
-def sampled_logprobs(model: PreTrainedModel, batch: SampleBatch, rows: int = 16,
-                     temperature: float = 1.0) -> torch.Tensor:
-    """`completion_logprobs` without gradients, `rows` sequences per forward (bounds the logits' memory), on CPU."""
-    out = torch.zeros(batch.completion_ids.shape, dtype=torch.float32)
-    with torch.no_grad():
-        for start in range(0, len(batch), rows):
-            idx = torch.arange(start, min(start + rows, len(batch)))
-            part = completion_logprobs(model, batch.select(idx), temperature).cpu()
-            out[idx, : part.shape[1]] = part
-    return out
 
 
 class RolloutEngine:
@@ -323,7 +271,7 @@ class RolloutEngine:
         else:
             nodes = [root if k == K - 1 else root.clone() for root in roots for k in range(K)]
             per_node, node_task = 1, [b for b in range(len(roots)) for _ in range(K)]
-        observations = [dict(env._observations) for env in nodes]
+        observations = [env.observations for env in nodes]
         levels: list[dict[str, Any]] = []
         parts: list[list[SampleBatch]] = [[] for _ in range(A)]
         group_offset = 0
@@ -442,7 +390,6 @@ class RolloutEngine:
         )
 
 
-
 def _backup(levels: list[dict[str, Any]], discount: float) -> list[torch.Tensor]:
     """Joint returns per turn, `(J_t, A)`: R_j = r_j + discount * mean of R over the child node's joint actions."""
     out: list[torch.Tensor] = [torch.empty(0)] * len(levels)
@@ -525,31 +472,3 @@ def _completion_mask(completion: torch.Tensor, eos_ids: list[int], pad_id: int, 
         last = T - 1 - non_pad.flip(1).int().argmax(1)
         end = torch.where(has_eos, end, torch.where(non_pad.any(1), last, torch.full_like(last, -1)))
     return (positions[None, :] <= end[:, None]).long()
-
-
-def rollout_metrics(rollout: Rollout, advantages: torch.Tensor, kl: torch.Tensor | None = None) -> dict[str, float]:
-    """Reward, return, advantage, length, KL and throughput metrics of one rollout."""
-    m: dict[str, float] = {"train/reward_mean": float(rollout.episode_returns.mean())}
-    if rollout.task_episode_returns is not None:
-        m["train/task_reward_mean"] = float(rollout.task_episode_returns.mean())
-    A = rollout.rewards.shape[0]
-    for a in range(A):
-        lengths = rollout.samples[a].completion_mask.sum(1).float()
-        m[f"train/agent_{a}/reward_mean"] = float(rollout.rewards[a].mean())
-        m[f"train/agent_{a}/reward_std"] = float(rollout.rewards[a].std(unbiased=False))
-        m[f"train/agent_{a}/return_mean"] = float(rollout.returns[a].mean())
-        m[f"train/agent_{a}/advantage_mean"] = float(advantages[a].mean())
-        m[f"train/agent_{a}/advantage_std"] = float(advantages[a].std(unbiased=False))
-        m[f"train/agent_{a}/completion_length"] = float(lengths.mean())
-        if kl is not None:
-            m[f"train/agent_{a}/kl"] = float(kl[a].mean())
-    for t in rollout.turn.unique().tolist():
-        at = rollout.turn == t
-        m[f"train/turn_{t + 1}/reward_mean"] = float(rollout.rewards[:, at].mean())
-        m[f"train/turn_{t + 1}/return_mean"] = float(rollout.returns[:, at].mean())
-    tokens = sum(int(s.completion_mask.sum()) for s in rollout.samples)
-    m["train/invalid_action_rate"] = float(rollout.invalid_actions.sum()) / max(rollout.num_joint_actions * A, 1)
-    m["perf/seconds_generate"] = rollout.timings["generate"]
-    m["perf/seconds_env"] = rollout.timings["env"]
-    m["perf/tokens_per_second"] = tokens / max(rollout.timings["generate"], 1e-9)
-    return m

@@ -35,8 +35,9 @@ import inspect
 import torch
 from transformers import GenerationConfig
 
-__all__ = ["draw_tokens", "filtered_probs", "sample_completions", "sample_tokens", "supports_lean_sampling",
-           "token_logprobs"]
+from learners.losses import token_logprobs
+
+__all__ = ["draw_tokens", "filtered_probs", "sample_completions", "sample_tokens", "supports_lean_sampling"]
 
 # Generation-config fields that add a logits processor when they differ from the defaults.
 _PROCESSOR_FIELDS = (
@@ -46,16 +47,6 @@ _PROCESSOR_FIELDS = (
     "typical_p", "epsilon_cutoff", "eta_cutoff", "min_p", "renormalize_logits", "guidance_scale",
     "watermarking_config", "top_h",
 )
-
-
-def token_logprobs(logits: torch.Tensor, tokens: torch.Tensor, temperature: float = 1.0) -> torch.Tensor:
-    """log softmax(logits / temperature) at `tokens`: `(..., V)` logits and `(...)` ids give `(...)` float32.
-
-    The one log-prob gather of the library: the sampling loop, the learners' recomputation and IAC's
-    shared value head all score tokens here, so the ratio's two sides always agree.
-    """
-    z = logits.float() if temperature == 1.0 else logits.float() / temperature
-    return z.gather(-1, tokens.unsqueeze(-1)).squeeze(-1) - z.logsumexp(-1)
 
 
 def filtered_probs(logits: torch.Tensor, temperature: float, top_k: int | None, top_p: float) -> torch.Tensor:

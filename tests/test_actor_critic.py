@@ -100,7 +100,7 @@ NO_MODEL = "/nonexistent/model"
                          args=MAACConfig(**FAST)), "Either critic_model or critics must be provided for MAAC"),
     (lambda: MAACTrainer(agent_model=NO_MODEL, num_agents=2, critics=[NO_MODEL, NO_MODEL], reward_func=reward_func,
                          train_dataset=train_dataset, args=MAACConfig(**FAST)), r"critics length \(2\) must match 1 critic"),
-    (lambda: IACConfig(critic_type="a"), "critic_type must be 'v' or 'q'"),
+    (lambda: IACConfig(critic_type="a"), "critic_type must be one of v, q, got 'a'"),
     (lambda: IACConfig(gae_lambda=2.0), "gae_lambda"),
     (lambda: MAACConfig(value_loss_coef=0), "value_loss_coef must be > 0"),
 ])
@@ -375,7 +375,7 @@ def test_maac_critic_reads_every_agents_observation_whatever_max_prompt_length(t
     assert len(tok(obs)["input_ids"]) <= 32 < len(tok(states[0])["input_ids"])  # each prompt fits, the joint text not
     def value(state):  # one row at a time: a batch's rows may differ in the last bits
         with torch.no_grad():
-            return float(trainer._joint_values([state])[0])
+            return float(trainer.joint_values([state])[0])
 
     assert abs(value(states[0]) - value(states[1])) > 1e-3  # seen: -0.0617 vs -0.0579
     # critic_max_length is the critic's own limit, applied explicitly: the last tokens are kept.
@@ -393,8 +393,8 @@ def test_every_ppo_epoch_reshuffles_the_minibatches_with_a_seed(tiny_dir):
                              args=IACConfig(**{**FAST, "num_generations": 4}, use_separate_critic=False,
                                             train_batch_size=2, ppo_epochs=3))
         seen = []
-        update = trainer.update
-        trainer.update = lambda rollout, idx, *rest: seen.append(idx.tolist()) or update(rollout, idx, *rest)
+        step = trainer.minibatch_step
+        trainer.minibatch_step = lambda rollout, idx, *rest: seen.append(idx.tolist()) or step(rollout, idx, *rest)
         trainer.learn()  # one rollout: 2 task instances x 4 copies = 8 samples, 4 minibatches per pass
         return seen
 

@@ -9,7 +9,7 @@ import inspect
 import pytest
 
 from learners.actor_critic import IACConfig, MAACConfig
-from learners.base import LearnerConfig
+from learners.config import LearnerConfig
 from learners.preference import MARLHFConfig, MARLHFIterConfig
 from learners.reinforce import MAGRPOConfig
 

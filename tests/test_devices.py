@@ -9,7 +9,7 @@ import torch
 from datasets import Dataset
 
 from learners import IAC, MAGRPO, IACConfig, MAGRPOConfig
-from learners.base import _resolve_devices
+from learners.agents import resolve_devices
 from learners.rollout import distinct_accelerators, per_agent
 
 FAST = dict(num_train_epochs=1, num_generations=2, max_new_tokens=2, eval_interval=0, verbose=False)
@@ -28,12 +28,12 @@ def zero(a, b):
     (["cpu", "cpu"], ["cpu", "cpu"]),
 ])
 def test_device_specs(spec, expected):
-    assert [str(d) for d in _resolve_devices(spec, 2)] == expected
+    assert [str(d) for d in resolve_devices(spec, 2)] == expected
 
 
 def test_wrong_device_list_length_is_refused():
     with pytest.raises(ValueError, match="agent_devices has 3 entries for 2 agents"):
-        _resolve_devices(["cpu"] * 3, 2)
+        resolve_devices(["cpu"] * 3, 2)
 
 
 def test_learners_place_agents_and_critics(tiny_dir):

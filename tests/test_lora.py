@@ -84,7 +84,7 @@ def test_checkpoint_holds_only_adapters_and_resumes_exactly(tiny_dir, tmp_path):
 
 
 def test_each_agent_samples_with_its_own_adapter(tiny_dir):
-    from learners.rollout import completion_logprobs
+    from learners.losses import completion_logprobs
 
     learner = build(tiny_dir)
     with torch.no_grad():  # LoRA B starts at zero: give each adapter its own weights

@@ -11,6 +11,7 @@ import torch
 from datasets import Dataset
 from transformers import AutoModelForCausalLM, AutoTokenizer
 
+from learners.data import reset_roots
 from learners.reinforce import (
     MAGRPO,
     MAGRPOConfig,
@@ -123,8 +124,8 @@ NO_MODEL = "/nonexistent/model-dir"  # loading it would fail: errors below must 
 @pytest.mark.parametrize("kwargs, match", [
     (dict(num_generations=1), "num_generations must be >= 2 for a group baseline, got 1"),
     (dict(advantage_mode="median"), "advantage_mode must be one of mean, raw, max, rloo"),
-    (dict(joint_mode="crossed"), "joint_mode must be 'aligned' or 'cross'"),
-    (dict(rollout_mode="beam"), "rollout_mode must be 'tree' or 'parallel'"),
+    (dict(joint_mode="crossed"), "joint_mode must be one of aligned, cross, got 'crossed'"),
+    (dict(rollout_mode="beam"), "rollout_mode must be one of tree, parallel, got 'beam'"),
     (dict(joint_mode="cross", rollout_mode="parallel"), "cross.*tree"),
     (dict(num_train_epochs=0), "num_train_epochs must be a positive number"),
     (dict(discount=1.5), r"discount must be in \[0, 1\]"),
@@ -343,10 +344,10 @@ def test_wandb_starts_in_learn_not_in_the_constructor(tiny_dir, tmp_path):
 def test_reference_kl_is_zero_for_an_unchanged_policy_and_reported(tiny_dir):
     cfg = MAGRPOConfig(**FAST, rollout_buffer_size=2, reference_kl_enabled=True, reference_kl_coef=0.5)
     learner = MAGRPO(agent_model=tiny_dir, num_agents=2, reward_func=space_reward, train_dataset=dataset(2), args=cfg)
-    roots = learner._reset_roots(learner.env, learner._epoch_order(learner.env, 0))
+    roots = reset_roots(learner.env, learner.epoch_order(learner.env, 0))
     metrics = learner.step(roots)
     assert metrics["train/agent_0/kl"] == pytest.approx(0.0, abs=1e-5)  # reference == policy before the update
-    roots = learner._reset_roots(learner.env, learner._epoch_order(learner.env, 1))
+    roots = reset_roots(learner.env, learner.epoch_order(learner.env, 1))
     assert learner.step(roots)["train/agent_0/kl"] > 0  # the policy moved, its copy did not
 
 

@@ -9,8 +9,9 @@ from transformers import AutoModelForCausalLM, AutoTokenizer
 
 from learners import IAC, MAGRPO, IACConfig, MAGRPOConfig
 from learners.agents import prepare_tokenizer
-from learners.base import enable_gradient_checkpointing
-from learners.rollout import GenerationSettings, RolloutEngine, completion_logprobs
+from learners.agents import enable_gradient_checkpointing
+from learners.losses import completion_logprobs
+from learners.rollout import GenerationSettings, RolloutEngine
 
 data = Dataset.from_list([{"prompt": "Question 1:"}, {"prompt": "Question 2:"}])
 FAST = dict(num_train_epochs=1, num_generations=2, max_new_tokens=4, temperature=1.0, top_p=1.0,

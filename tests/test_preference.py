@@ -293,7 +293,8 @@ def test_a_stage_without_pairs_trains_no_reward_model_and_skips_the_policy_phase
         metrics = trainer.train()
     assert metrics["preference/stage_without_pairs"] == 1.0 and metrics["preference/train_pairs"] == 0.0
     assert "preference/reward_model_loss" not in metrics  # nothing was trained (it used to log NaN)
-    assert trainer.reward_model is None and trainer.policy.reward_model is None and trainer.policy.epoch == 0
+    assert trainer.reward_model is None and trainer.policy.epoch == 0
+    assert "reward_model" not in trainer.policy.checkpoint_modules()
     for old, new in zip(before, _agent_weights(trainer)):
         assert all(torch.equal(old[k], new[k]) for k in old)
 
@@ -310,7 +311,7 @@ def test_a_stage_without_pairs_keeps_the_previous_reward_model(tiny_dir):
     with pytest.warns(UserWarning, match="the previous iteration's reward model stays in use"):
         second = trainer.preference_stage()
     assert second["preference/stage_without_pairs"] == 1.0 and second["preference/current_pairs"] == 0.0
-    assert trainer.reward_model is trained and trainer.policy.reward_model is trained
+    assert trainer.reward_model is trained and trainer.policy.checkpoint_modules()["reward_model"] is trained
     assert torch.equal(trained.reward_head.weight, head)
 
 

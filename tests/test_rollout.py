@@ -15,8 +15,8 @@ from learners.rollout import (
     RolloutEngine,
     SampleBatch,
     _completion_mask,
-    completion_logprobs,
 )
+from learners.losses import completion_logprobs
 
 
 def load(path: str):

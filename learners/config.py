@@ -1,0 +1,236 @@
+"""The settings every learner shares (`LearnerConfig`), the sampling settings derived from them, and the
+one table of legacy spellings.
+
+Fields keep the reference library's names and meanings; where its default was a bug the field's docstring
+says so. Each learner's config extends `LearnerConfig` with its own fields (`MAGRPOConfig`, `IACConfig`,
+`MAACConfig`, `MARLHFConfig`); `__post_init__` validates every field before anything heavy happens.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from typing import Any, Iterable
+
+__all__ = ["ALIASES", "GenerationSettings", "LearnerConfig", "canonicalize", "check_positive"]
+
+ALIASES: dict[str, dict[Any, str]] = {
+    "joint_mode": {"align": "aligned"},
+    "parallel_training": {"null": "none", None: "none"},
+    "rl_algorithm": {"mareforce": "mareinforce"},
+    "preference_scoring_reward": {"oracle": "task", "environment": "task", "env": "task",
+                                  "model": "reward_model", "learned": "reward_model"},
+    "preference_replay_mode": {"latest": "current", "new": "current", "recent_k": "nearest_k",
+                               "last_k": "nearest_k", "k": "nearest_k", "lambda": "lambda_decay",
+                               "td_lambda": "lambda_decay", "td-lambda": "lambda_decay"},
+    "comparator_policy": {"self": "current", "online": "current", "copy": "current_copy",
+                          "online_copy": "current_copy", "checkpoint": "history", "previous": "history",
+                          "previous_iteration": "history", "external": "model", "comparator": "model",
+                          "reference": "model", "ref": "model"},
+}
+"""Legacy spellings (the reference library's and the seed system's) of mode values, by field. Configs
+replace them by the canonical value in `__post_init__`; the rest of the library sees canonical names only."""
+
+
+def canonicalize(cfg: Any, name: str, choices: Iterable[Any]) -> None:
+    """Set `cfg.<name>` to its canonical value (case-insensitive for strings, legacy spellings via `ALIASES`);
+    raise a ValueError naming the value and the choices when it is neither."""
+    choices = tuple(choices)
+    given = getattr(cfg, name)
+    key = given.lower() if isinstance(given, str) else given
+    value = ALIASES.get(name, {}).get(key, key)
+    if value not in choices:
+        raise ValueError(f"{name} must be one of {', '.join(map(str, choices))}, got {given!r}.")
+    setattr(cfg, name, value)
+
+
+def check_positive(cfg: Any, *names: str, allow_none: bool = False) -> None:
+    """Raise a ValueError for each field in `names` that is not a positive number (or None, if allowed)."""
+    for name in names:
+        value = getattr(cfg, name)
+        if value is None and allow_none:
+            continue
+        if isinstance(value, bool) or not isinstance(value, (int, float)) or value <= 0:
+            raise ValueError(f"{name} must be a positive number{' or None' if allow_none else ''}, got {value!r}.")
+
+
+@dataclasses.dataclass
+class LearnerConfig:
+    """Fields every learner config shares (the reference library's names and meanings), in sections."""
+
+    # ----- run length and data order -----
+    num_train_epochs: int = 20
+    """Passes over the task instances. Counts the whole run, also when resuming."""
+    num_agents: int | None = None
+    """Number of agents; None takes it from the constructor (`num_agents` or `len(agents)`)."""
+    seed: int = 0
+    """Seeds the data order, sampling and environments."""
+    shuffle: bool = True
+    """Visit task instances in a fresh seeded order every epoch (False: dataset order)."""
+    episodes_per_epoch: int | None = None
+    """Task instances per epoch; None = all of a finite env, 64 draws of a procedural one."""
+    rollout_buffer_size: int = 2
+    """Task instances rolled out together (one batched generate per agent per turn)."""
+
+    # ----- episodes (datasets wrapped as environments) -----
+    num_turns: int = 1
+    """Turns per episode (default 1; the reference defaulted to 2, which failed without a transition)."""
+    discount: float = 1.0
+    """Discount of later turns' rewards in returns (applied; the reference ignored it)."""
+    early_termination_threshold: float | None = None
+    """End a multi-turn episode once a turn's mean reward exceeds this (default off; the reference's -0.2
+    silently disabled later turns for non-negative rewards)."""
+    external_prompt_passthrough: bool = False
+    """Use the transition's prompts verbatim instead of passing them through the formatters."""
+
+    # ----- sampling -----
+    max_new_tokens: int = 256
+    """Most tokens a completion may have, its EOS included."""
+    temperature: float = 0.6
+    """Sampling temperature (> 0) in training and sampled evaluation; greedy is `eval_greedy`."""
+    top_p: float = 0.6
+    """Nucleus sampling: keep the most likely tokens until their mass reaches top_p; 1.0 disables it."""
+    top_k: int | None = 50
+    """Top-k sampling; None disables it."""
+    tempered_logprobs: bool = True
+    """Score sampled tokens under softmax(z / temperature), the distribution they were drawn from (before
+    top-k/top-p), in the ratio and the gradient, as TRL does; False: under the raw softmax(z), as the
+    reference library does. Measured in docs/DESIGN.md (Policy-gradient details)."""
+    use_chat_template: bool = False
+    """Render each observation with the agent tokenizer's chat template."""
+    stop_strings: list[str] | None = None
+    """End a completion at the first of these strings (kept in it); sampling then uses `generate`."""
+    max_prompt_length: int | None = None
+    """Truncate prompts (from the left) to this many tokens; None keeps them whole."""
+    generation_kwargs: dict[str, Any] = dataclasses.field(default_factory=dict)
+    """Extra `generate` arguments for training and evaluation."""
+
+    # ----- optimization -----
+    agent_learning_rate: float = 5e-6
+    """AdamW learning rate of every agent."""
+    weight_decay: float = 0.0
+    """AdamW weight decay of every agent and critic."""
+    max_grad_norm: float | None = 1.0
+    """Clip each agent's gradient norm; None disables clipping."""
+    lr_scheduler_type: str = "constant"
+    """"constant", "linear" or "cosine" decay over the run's rollouts, after `warmup_steps` rollouts."""
+    warmup_steps: int = 0
+    """Rollouts of linear learning-rate warm-up before the schedule."""
+    train_batch_size: int | None = None
+    """Per optimizer step: groups (MAGRPO: tree nodes or task instances per turn) or samples (IAC, MAAC);
+    None = all of a rollout. It counts the global minibatch: under torchrun each rank takes an equal share,
+    so the optimizer steps per rollout do not depend on the number of processes."""
+    reference_kl_enabled: bool = False
+    """Penalize drifting from the initial agents: MAGRPO returns (IAC and MAAC rewards) become
+    R - reference_kl_coef * KL(pi_old || pi_ref), KL a k3 estimate summed over each completion's tokens,
+    pi_ref a frozen copy of each agent as loaded."""
+    reference_kl_coef: float = 0.1
+    """Weight of the KL penalty when `reference_kl_enabled` (>= 0)."""
+    reference_devices: str | list[str] | None = None
+    """Devices of the frozen reference copies; None: each agent's device."""
+    gradient_accumulation_steps: int = 1
+    """Micro-batches per optimizer step: each minibatch is split into this many parts (as even as possible, in
+    order; fewer when it has fewer samples), each forwarded and backwarded on its own, then one optimizer step.
+    The update equals the unsplit one up to float rounding; activation memory falls by about this factor."""
+
+    # ----- models, devices and memory -----
+    agent_devices: str | list[str] | None = None
+    """Device of every agent (a string), or one per agent; None: cuda:0 if available, else cpu (but see
+    `parallel_training`)."""
+    parallel_training: str = "none"
+    """"mp": with `agent_devices=None`, agent i goes to GPU i (modulo the GPUs there are), so agents generate
+    and update concurrently; "none": every agent on one device."""
+    peft_config: Any = None
+    """A `peft.LoraConfig` (or a dict of its arguments): each agent trains its own LoRA adapter, and agents
+    loaded from one `agent_model` share one frozen base model in memory (needs `comlrl-env[peft]`)."""
+    merge_adapters_on_save: bool = False
+    """With `peft_config`, `save_model` writes merged full models instead of adapter dirs."""
+    gradient_checkpointing: bool = False
+    """Recompute layer activations in the backward pass (agents and critics): less memory, more compute."""
+    mixed_precision: str | None = None
+    """"bf16": run rollouts and losses under bfloat16 autocast on the agents' device type; None: full precision."""
+
+    # ----- evaluation and logging -----
+    eval_interval: int = 16
+    """Evaluate every this many rollouts, and at the end; 0 = only when `evaluate()` is called."""
+    eval_num_samples: int = 4
+    """Evaluation episodes (task instances); 0 evaluates nothing."""
+    eval_batch_size: int = 8
+    """Evaluation episodes played together."""
+    eval_greedy: bool = False
+    """Greedy decoding in evaluation (the reference could only sample)."""
+    logging_steps: int = 1
+    """Log training metrics every this many rollouts."""
+    output_dir: str | None = None
+    """Where `metrics.jsonl` is written; None writes no file."""
+    verbose: bool = True
+    """Show the progress bar."""
+
+    def __post_init__(self) -> None:
+        check_positive(self, "num_train_epochs", "agent_learning_rate", "num_turns", "max_new_tokens",
+                       "rollout_buffer_size", "logging_steps", "eval_batch_size")
+        check_positive(self, "num_agents", "train_batch_size", "episodes_per_epoch", "max_prompt_length",
+                       "top_k", allow_none=True)
+        for name in ("eval_interval", "eval_num_samples", "warmup_steps"):
+            if getattr(self, name) < 0:
+                raise ValueError(f"{name} must be >= 0, got {getattr(self, name)}.")
+        if not 0.0 <= self.discount <= 1.0:
+            raise ValueError(f"discount must be in [0, 1], got {self.discount}.")
+        if self.temperature <= 0:
+            raise ValueError(f"temperature must be > 0, got {self.temperature}; use eval_greedy for greedy decoding.")
+        if not 0.0 < self.top_p <= 1.0:
+            raise ValueError(f"top_p must be in (0, 1], got {self.top_p}.")
+        canonicalize(self, "lr_scheduler_type", ("constant", "linear", "cosine"))
+        if self.mixed_precision not in (None, "bf16"):
+            raise ValueError(f"mixed_precision must be None or 'bf16', got {self.mixed_precision!r}.")
+        canonicalize(self, "parallel_training", ("none", "mp"))
+        if self.reference_kl_coef < 0:
+            raise ValueError(f"reference_kl_coef must be >= 0, got {self.reference_kl_coef}.")
+        if self.max_grad_norm is not None and self.max_grad_norm <= 0:
+            raise ValueError(f"max_grad_norm must be > 0 or None, got {self.max_grad_norm}.")
+        steps = self.gradient_accumulation_steps
+        if isinstance(steps, bool) or not isinstance(steps, int):
+            raise TypeError(f"gradient_accumulation_steps must be an int, got {steps!r}; use e.g. 1 (no accumulation) "
+                            "or 4.")
+        if steps < 1:
+            raise ValueError(f"gradient_accumulation_steps must be >= 1, got {steps}; use 1 to step on whole "
+                             "minibatches.")
+
+    def generation_settings(self) -> "GenerationSettings":
+        """How the agents sample under this config (the rollout engine's settings)."""
+        return GenerationSettings(
+            max_new_tokens=self.max_new_tokens, temperature=self.temperature, top_p=self.top_p, top_k=self.top_k,
+            use_chat_template=self.use_chat_template, stop_strings=self.stop_strings,
+            max_prompt_length=self.max_prompt_length, generation_kwargs=dict(self.generation_kwargs),
+            logprob_temperature=self.logprob_temperature,
+        )
+
+    @property
+    def logprob_temperature(self) -> float:
+        """The softmax temperature losses score tokens at: the sampling temperature when `tempered_logprobs`."""
+        return self.temperature if self.tempered_logprobs else 1.0
+
+
+@dataclasses.dataclass
+class GenerationSettings:
+    """How agents sample: temperature, top-p and top-k (None disables it) in our sampling loop; with
+    `generation_kwargs` or `stop_strings`, `model.generate` samples and gets `generation_kwargs` unchanged.
+    A learner derives it from its config (`LearnerConfig.generation_settings()`)."""
+
+    max_new_tokens: int = 256
+    """Most tokens a completion may have, its EOS included."""
+    temperature: float = 0.6
+    """Sampling temperature (> 0)."""
+    top_p: float = 0.6
+    """Nucleus sampling mass; 1.0 disables it."""
+    top_k: int | None = 50
+    """Top-k sampling; None disables it."""
+    use_chat_template: bool = False
+    """Render each observation with the tokenizer's chat template."""
+    stop_strings: list[str] | None = None
+    """End a completion at the first of these strings (kept in it)."""
+    max_prompt_length: int | None = None
+    """Truncate prompts (from the left) to this many tokens."""
+    generation_kwargs: dict[str, Any] = dataclasses.field(default_factory=dict)
+    """Extra `generate` arguments."""
+    logprob_temperature: float = 1.0
+    """The kept log-probs are under softmax(z / this): the learners' scoring temperature."""

@@ -1,0 +1,87 @@
+"""LLM critics: a scalar value head on a causal LM's last hidden state, and loading critic models.
+
+    V(text) = w^T h_L + b            (linear head), or
+    V(text) = w2^T tanh(W1 h_L + b1) + b2   (with a hidden layer),
+
+where h_L is the backbone's last-layer hidden state at the position the learner reads (the last prompt
+token for V(s), the last completion token for Q(s, a)). IAC and MAAC use these; the reward model of
+`rewards.models` has its own head on the last non-padding token.
+"""
+
+from __future__ import annotations
+
+import copy
+import os
+from typing import Any
+
+import torch
+from torch import nn
+
+from learners.agents import enable_gradient_checkpointing, load_causal_lm
+
+__all__ = ["CausalLMWithValueHead", "ValueHead", "load_critics"]
+
+
+class ValueHead(nn.Module):
+    """Scalar value of a hidden state: Linear(d, 1), or Linear(d, h) -> Tanh -> Linear(h, 1)."""
+
+    def __init__(self, input_dim: int, hidden_dim: int | None = None) -> None:
+        super().__init__()
+        if hidden_dim:
+            self.net = nn.Sequential(nn.Linear(input_dim, hidden_dim), nn.Tanh(), nn.Linear(hidden_dim, 1))
+        else:
+            self.net = nn.Sequential(nn.Linear(input_dim, 1))
+        for layer in self.net:
+            if isinstance(layer, nn.Linear):
+                nn.init.normal_(layer.weight, std=0.02)
+                nn.init.zeros_(layer.bias)
+
+    def forward(self, hidden: torch.Tensor) -> torch.Tensor:
+        return self.net(hidden).squeeze(-1)
+
+
+class CausalLMWithValueHead:
+    """Namespace for attaching a `ValueHead` to an HF causal LM as `model.value_head`.
+
+    The model stays a normal HF model (it still generates, saves and moves like
+    one); the head is a submodule, so its parameters train with the model's
+    optimizer and appear in its state dict under `value_head.*`.
+    """
+
+    @staticmethod
+    def attach(model: nn.Module, hidden_dim: int | None = None) -> nn.Module:
+        size = getattr(model.config, "hidden_size", None) or getattr(model.config, "n_embd", None)
+        if size is None:
+            raise ValueError(f"cannot find the hidden size of {type(model).__name__} (no hidden_size or n_embd).")
+        param = next(model.parameters())
+        model.value_head = ValueHead(size, hidden_dim).to(device=param.device, dtype=param.dtype)
+        return model
+
+    @staticmethod
+    def hidden_states(model: nn.Module, input_ids: torch.Tensor, attention_mask: torch.Tensor) -> torch.Tensor:
+        """Last-layer hidden states `(S, L, d)` of the backbone, positions following the mask."""
+        positions = (attention_mask.cumsum(1) - 1).clamp(min=0)
+        out = model.base_model(input_ids=input_ids, attention_mask=attention_mask, position_ids=positions,
+                               use_cache=False)
+        return out.last_hidden_state
+
+def load_critics(sources: list[Any], devices: list[torch.device], model_config: dict[str, Any],
+                 hidden_dim: int | None = None, gradient_checkpointing: bool = False) -> list[nn.Module]:
+    """One causal LM with a fresh `ValueHead` per source (an id, a dir or a loaded model), on its device.
+
+    Ids and dirs load with `model_config["critic_model_kwargs"]`; the same model object given for
+    several critics is copied, so each critic trains its own weights.
+    """
+    loaded: dict[int, nn.Module] = {}
+    critics = []
+    for source, device in zip(sources, devices):
+        if isinstance(source, (str, os.PathLike)):
+            model = load_causal_lm(source, model_config, kwargs_key="critic_model_kwargs")
+        elif id(source) in loaded:
+            model = copy.deepcopy(loaded[id(source)])
+        else:
+            model = loaded[id(source)] = load_causal_lm(source, model_config)
+        critics.append(CausalLMWithValueHead.attach(model.to(device), hidden_dim))
+        if gradient_checkpointing:
+            enable_gradient_checkpointing(critics[-1])
+    return critics

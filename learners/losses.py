@@ -1,0 +1,118 @@
+"""Losses and the one token log-prob gather: pure functions of tensors (plus a model for the forward).
+
+    log pi(y_t)    = log softmax(z_t / temperature)[y_t]                       (`token_logprobs`)
+    L_policy       = -1/|B| sum_s sum_t min(rho_st A_s, clip(rho_st, 1 +- eps) A_s) m_st   (`policy_loss`)
+    L_value        = 1/|B| sum_s max((y_s - V_s)^2, (y_s - V_clip,s)^2)                   (`value_loss`)
+
+with rho = pi / pi_old and m_st masking exactly the sampled completion tokens (EOS in; prompt and padding
+out). The sampling loop, the learners' recomputation and IAC's shared value head all score tokens with
+`token_logprobs`, so the ratio's two sides always agree.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+import torch
+
+if TYPE_CHECKING:
+    from transformers import PreTrainedModel
+
+    from learners.rollout import SampleBatch
+
+__all__ = ["POLICY_STATS", "completion_logprobs", "policy_loss", "policy_stats", "sampled_logprobs",
+           "token_logprobs", "value_loss"]
+
+POLICY_STATS = ("surrogate", "clip_fraction", "approx_kl", "entropy")
+
+
+def token_logprobs(logits: torch.Tensor, tokens: torch.Tensor, temperature: float = 1.0) -> torch.Tensor:
+    """log softmax(logits / temperature) at `tokens`: `(..., V)` logits and `(...)` ids give `(...)` float32."""
+    z = logits.float() if temperature == 1.0 else logits.float() / temperature
+    return z.gather(-1, tokens.unsqueeze(-1)).squeeze(-1) - z.logsumexp(-1)
+
+
+def completion_logprobs(model: "PreTrainedModel", batch: "SampleBatch", temperature: float = 1.0) -> torch.Tensor:
+    """Per-token log softmax(z / temperature)(completion token | prompt, previous tokens), 0 off the mask: `(S, T)`.
+
+    One forward over the whole batch; positions follow the attention mask as in
+    `generate`, and logits are computed only for the completion positions.
+    """
+    device = model.device
+    prompt_ids, completion_ids = batch.prompt_ids.to(device), batch.completion_ids.to(device)
+    mask = torch.cat([batch.prompt_mask, batch.completion_mask], 1).to(device)
+    positions = (mask.cumsum(1) - 1).clamp(min=0)
+    T = completion_ids.shape[1]
+    logits = model(
+        input_ids=torch.cat([prompt_ids, completion_ids], 1),
+        attention_mask=mask,
+        position_ids=positions,
+        logits_to_keep=T + 1,
+        use_cache=False,
+    ).logits[:, :-1]
+    return token_logprobs(logits, completion_ids, temperature) * batch.completion_mask.to(device)
+
+
+def sampled_logprobs(model: "PreTrainedModel", batch: "SampleBatch", rows: int = 16,
+                     temperature: float = 1.0) -> torch.Tensor:
+    """`completion_logprobs` without gradients, `rows` sequences per forward (bounds the logits' memory), on CPU."""
+    out = torch.zeros(batch.completion_ids.shape, dtype=torch.float32)
+    with torch.no_grad():
+        for start in range(0, len(batch), rows):
+            idx = torch.arange(start, min(start + rows, len(batch)))
+            part = completion_logprobs(model, batch.select(idx), temperature).cpu()
+            out[idx, : part.shape[1]] = part
+    return out
+
+
+def policy_loss(
+    logprobs: torch.Tensor,
+    old_logprobs: torch.Tensor,
+    advantages: torch.Tensor,
+    mask: torch.Tensor,
+    clip_range: float = 0.2,
+    length_normalization: bool = False,
+) -> torch.Tensor:
+    """Clipped policy-gradient loss over completion tokens: `(S, T)` log-probs, `(S,)` advantages.
+
+    -mean_s sum_t min(rho A_s, clip(rho, 1 +- eps) A_s) m_st with rho = exp(logprobs - old_logprobs);
+    with `length_normalization` each completion's sum is divided by its length.
+    """
+    ratio = torch.exp(logprobs - old_logprobs)
+    adv = advantages[:, None]
+    surrogate = torch.minimum(ratio * adv, ratio.clamp(1 - clip_range, 1 + clip_range) * adv) * mask
+    per_sequence = surrogate.sum(-1)
+    if length_normalization:
+        per_sequence = per_sequence / mask.sum(-1).clamp(min=1)
+    return -per_sequence.mean()
+
+
+def policy_stats(
+    logprobs: torch.Tensor, old_logprobs: torch.Tensor, advantages: torch.Tensor, mask: torch.Tensor,
+    clip_range: float = 0.2,
+) -> torch.Tensor:
+    """Diagnostics of a policy step `(4,)`, in `POLICY_STATS` order: token means over the mask, no gradients.
+
+    surrogate: min(rho A, clip(rho, 1 +- eps) A), the clipped objective per token; clip_fraction: the
+    share of tokens with |rho - 1| > eps; approx_kl: (rho - 1) - log rho, an estimate of KL(pi_old || pi)
+    that is >= 0 token by token; entropy: -log pi_old of the sampled tokens, a Monte-Carlo estimate of the
+    sampling policy's per-token entropy. At rho = 1 (a rollout's first step) clip_fraction = approx_kl = 0.
+    Example: log rho = [log 1.5, 0], A = 1, eps 0.2 -> surrogate (1.2 + 1) / 2, clip_fraction 0.5.
+    """
+    with torch.no_grad():
+        log_ratio = logprobs - old_logprobs
+        ratio = log_ratio.exp()
+        adv = advantages[:, None]
+        surrogate = torch.minimum(ratio * adv, ratio.clamp(1 - clip_range, 1 + clip_range) * adv)
+        terms = torch.stack([surrogate, ((ratio - 1).abs() > clip_range).float(), ratio - 1 - log_ratio,
+                             -old_logprobs])
+        return (terms * mask).sum((1, 2)) / mask.sum().clamp(min=1)
+
+
+def value_loss(values: torch.Tensor, old_values: torch.Tensor, targets: torch.Tensor, clip: float | None) -> torch.Tensor:
+    """mean max((y - V)^2, (y - V_clip)^2), V_clip = V_old + clip(V - V_old, +-clip); plain MSE when clip is None."""
+    loss = (targets - values) ** 2
+    if clip is not None:
+        clipped = old_values + (values - old_values).clamp(-clip, clip)
+        loss = torch.maximum(loss, (targets - clipped) ** 2)
+    return loss.mean()

@@ -1,0 +1,63 @@
+"""What a learner logs: the metrics of one rollout, and means over the minibatches of an update.
+
+Metric names: `train/*` (rewards, returns, advantages, losses, policy diagnostics per agent and turn),
+`perf/*` (seconds and tokens per second) and, from evaluation, `eval/*`.
+"""
+
+from __future__ import annotations
+
+from typing import Mapping
+
+import torch
+
+from learners.rollout import Rollout
+
+__all__ = ["MeanMetrics", "rollout_metrics"]
+
+
+class MeanMetrics:
+    """Means of metrics over the optimizer steps of one update: `add()` each step's values, read `means()`.
+
+    Every learner logs a loss, a gradient norm or a policy statistic as its mean over the update's
+    minibatches (a minibatch's own value is already its mean over its micro-batches).
+    """
+
+    def __init__(self) -> None:
+        self.sums: dict[str, float] = {}
+        self.counts: dict[str, int] = {}
+
+    def add(self, metrics: Mapping[str, float]) -> None:
+        for name, value in metrics.items():
+            self.sums[name] = self.sums.get(name, 0.0) + float(value)
+            self.counts[name] = self.counts.get(name, 0) + 1
+
+    def means(self) -> dict[str, float]:
+        return {name: total / self.counts[name] for name, total in self.sums.items()}
+
+
+def rollout_metrics(rollout: Rollout, advantages: torch.Tensor, kl: torch.Tensor | None = None) -> dict[str, float]:
+    """Reward, return, advantage, length, KL and throughput metrics of one rollout."""
+    m: dict[str, float] = {"train/reward_mean": float(rollout.episode_returns.mean())}
+    if rollout.task_episode_returns is not None:
+        m["train/task_reward_mean"] = float(rollout.task_episode_returns.mean())
+    A = rollout.rewards.shape[0]
+    for a in range(A):
+        lengths = rollout.samples[a].completion_mask.sum(1).float()
+        m[f"train/agent_{a}/reward_mean"] = float(rollout.rewards[a].mean())
+        m[f"train/agent_{a}/reward_std"] = float(rollout.rewards[a].std(unbiased=False))
+        m[f"train/agent_{a}/return_mean"] = float(rollout.returns[a].mean())
+        m[f"train/agent_{a}/advantage_mean"] = float(advantages[a].mean())
+        m[f"train/agent_{a}/advantage_std"] = float(advantages[a].std(unbiased=False))
+        m[f"train/agent_{a}/completion_length"] = float(lengths.mean())
+        if kl is not None:
+            m[f"train/agent_{a}/kl"] = float(kl[a].mean())
+    for t in rollout.turn.unique().tolist():
+        at = rollout.turn == t
+        m[f"train/turn_{t + 1}/reward_mean"] = float(rollout.rewards[:, at].mean())
+        m[f"train/turn_{t + 1}/return_mean"] = float(rollout.returns[:, at].mean())
+    tokens = sum(int(s.completion_mask.sum()) for s in rollout.samples)
+    m["train/invalid_action_rate"] = float(rollout.invalid_actions.sum()) / max(rollout.num_joint_actions * A, 1)
+    m["perf/seconds_generate"] = rollout.timings["generate"]
+    m["perf/seconds_env"] = rollout.timings["env"]
+    m["perf/tokens_per_second"] = tokens / max(rollout.timings["generate"], 1e-9)
+    return m

@@ -1,0 +1,89 @@
+"""The one gradient path of every learner and of the reward model.
+
+An update of a model on a minibatch reads, in the learner's own file:
+
+    optimizer.zero_grad(set_to_none=True)
+    loss, *stats = accumulate_gradients(idx, loss_fn, cfg.gradient_accumulation_steps)  # forward + backward
+    grad_norm = gradient_step(model, optimizer, len(idx), cfg.max_grad_norm, dist)      # average, clip, step
+
+`accumulate_gradients` splits the minibatch into micro-batches whose weighted gradients add up to the
+gradient of the minibatch mean; `gradient_step` averages gradients over torchrun ranks into the global
+minibatch mean, clips and steps. `adamw` builds every optimizer.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Callable
+
+import torch
+
+__all__ = ["accumulate_gradients", "adamw", "clip_grad", "gradient_step"]
+
+LossTerms = torch.Tensor | tuple[torch.Tensor, ...]
+"""What a micro-batch loss function returns: the loss to backward, or a tuple of it and terms only logged."""
+
+
+def adamw(params: Any, lr: float, weight_decay: float = 0.01) -> torch.optim.AdamW:
+    """AdamW over the trainable `params`; fused (one kernel per step) when they are all float tensors on
+    CPU or CUDA: about 5x faster than the default per-parameter loop (16 vs 84 ms per step at 32M on CPU)."""
+    trainable = [p for p in params if p.requires_grad]
+    fused = all(p.is_floating_point() and p.device.type in ("cpu", "cuda") for p in trainable)
+    optimizer = torch.optim.AdamW(trainable, lr=lr, weight_decay=weight_decay, fused=fused or None)
+    optimizer.register_load_state_dict_pre_hook(_keep_own_kernel)
+    return optimizer
+
+
+def _keep_own_kernel(optimizer: torch.optim.Optimizer, state_dict: dict[str, Any]) -> dict[str, Any]:
+    """Load-state-dict pre-hook: a checkpoint from a fused (or unfused) AdamW resumes on this optimizer's own
+    kernel; the saved hyperparameters would otherwise overwrite its `fused` and `foreach` flags."""
+    saved_groups = state_dict["param_groups"]
+    if len(saved_groups) != len(optimizer.param_groups):
+        return state_dict  # torch's own error names the mismatch
+    groups = [{**saved, "fused": own.get("fused"), "foreach": own.get("foreach")}
+              for saved, own in zip(saved_groups, optimizer.param_groups)]
+    return {**state_dict, "param_groups": groups}
+
+
+def accumulate_gradients(idx: torch.Tensor, loss_fn: Callable[[torch.Tensor], LossTerms],
+                         micro_batches: int) -> tuple[float, ...]:
+    """Backward the mean loss over the samples `idx` in up to `micro_batches` parts; return the mean of each term.
+
+    `loss_fn(micro_idx)` returns the mean loss over `micro_idx` (consecutive samples of `idx`), or a tuple
+    whose first entry is that loss and whose other entries are only logged. Each micro loss is backwarded
+    with weight len(micro_idx) / len(idx), so the gradients add up to those of the mean over `idx`:
+    sum_m |m| / |idx| * grad mean_{s in m} l_s = grad mean_{s in idx} l_s. Parts are as even as possible,
+    e.g. 5 samples in 2 parts: 3 + 2; never empty. An empty `idx` backwards nothing and returns ().
+    """
+    means: list[float] = []
+    for micro in torch.tensor_split(idx, min(micro_batches, len(idx))) if len(idx) else []:
+        weight = len(micro) / len(idx)
+        out = loss_fn(micro)
+        terms = out if isinstance(out, tuple) else (out,)
+        (terms[0] * weight).backward()  # frees this micro-batch's activations before the next forward
+        values = [float(t.detach()) * weight for t in terms]
+        means = [m + v for m, v in zip(means, values)] if means else values
+    return tuple(means)
+
+
+def gradient_step(model: torch.nn.Module, optimizer: torch.optim.Optimizer, local_count: int,
+                  max_grad_norm: float | None, dist: Any = None) -> float:
+    """Average the gradients (a mean over this rank's `local_count` samples) across torchrun ranks into the
+    global-minibatch mean, clip their norm to `max_grad_norm`, step. Returns the norm before clipping.
+
+    A rank with no samples (`local_count` 0, no backward) joins the others' step with zero gradients.
+    """
+    if dist is not None and dist.enabled:
+        total = dist.sum(local_count)
+        dist.average_gradients(model, local_count / total if total else 0.0)
+    norm = clip_grad(model, max_grad_norm)
+    optimizer.step()
+    return norm
+
+
+def clip_grad(model: torch.nn.Module, max_norm: float | None) -> float:
+    """Clip the gradient norm of `model` to `max_norm` (None: only measure it); return the norm before clipping."""
+    params = [p for p in model.parameters() if p.grad is not None]
+    if not params:
+        return 0.0
+    norm = torch.nn.utils.clip_grad_norm_(params, max_norm if max_norm is not None else float("inf"))
+    return float(norm)
