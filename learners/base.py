@@ -35,14 +35,17 @@ from comlrl_env import DatasetEnv, TextParallelEnv
 from learners import data
 from learners.agents import (agent_count, enable_gradient_checkpointing, load_agents, model_name, resolve_devices,
                              save_pretrained_with_head)
-from learners.checkpoint import CheckpointManager, load_checkpoint, save_checkpoint
+from learners.checkpoint import load_checkpoint, read_checkpoint_metadata, save_checkpoint
+from learners.checkpoint_manager import CheckpointManager
 from learners.config import LearnerConfig
 from learners.distributed import Distributed
+from learners.fingerprints import data_fingerprint
 from learners.logger import RunLogger
 from learners.lora import attach_adapters
 from learners.losses import sampled_logprobs
 from learners.optim import adamw
 from learners.rollout import Rollout, RolloutEngine
+from learners.state import StateHooks, TrainingState, config_defaults, find_stateful, qualified_name
 
 __all__ = ["Learner", "LearnerConfig"]
 
@@ -326,13 +329,44 @@ class Learner(abc.ABC):
 
     # ----- the training state (checkpoints) ---------------------------------------
 
+    def training_state(self, epoch: int | None = None) -> TrainingState:
+        """Everything a checkpoint holds, as plain data; the data order is fingerprinted at `epoch`
+        (default: the current one)."""
+        optimizers, schedulers = self.checkpoint_optimizers()
+        order = self.epoch_order(self.env, self.epoch if epoch is None else epoch)
+        return TrainingState(
+            learner=type(self).__name__, learner_class=qualified_name(type(self)),
+            library_version=LIBRARY_VERSION, num_agents=self.num_agents,
+            config=dataclasses.asdict(self.args), config_defaults=config_defaults(self.args),
+            modules=self.checkpoint_modules(), optimizers=optimizers, schedulers=schedulers,
+            stateful=find_stateful(self.callbacks, {"env": self.env, "eval_env": self.eval_env},
+                                   {"reward_func": self.reward_func, "eval_logger": self.eval_logger,
+                                    "eval_aggregator": self.eval_aggregator}, owner=self),
+            extra=StateHooks(self.extra_state, self.load_extra_state), tokenizers=list(self.tokenizers),
+            data=data_fingerprint(self.env, self.epoch_size(self.env), order),
+            batches_per_epoch=self.batches_per_epoch,
+            progress={"epoch": self.epoch, "batch_in_epoch": self.batch_in_epoch,
+                      "rollouts_done": self.rollouts_done, "env_steps": self.env_steps},
+            run_id=self.run_id, sequence=self.checkpoint_sequence, wandb=self.wandb_identity,
+            dist=self.dist if self.dist.enabled else None,
+        )
+
     def save_checkpoint(self, path: str) -> str:
         """Write the full training state to `path` (see `learners.checkpoint`); returns the path."""
-        return save_checkpoint(self, path)
+        if self.logger.run is not None:  # else the identity of the last run, which may have closed
+            self.wandb_identity = self.logger.wandb_identity()
+        return save_checkpoint(path, self.training_state())
 
     def load_checkpoint(self, path: str) -> dict[str, Any]:
         """Restore the full training state from `path`; returns the progress counters."""
-        return load_checkpoint(self, path)
+        epoch = read_checkpoint_metadata(path)["progress"]["epoch"]  # the data check compares its order
+        restored = load_checkpoint(path, self.training_state(epoch=epoch))
+        progress = restored["progress"]
+        self.epoch, self.batch_in_epoch = progress["epoch"], progress["batch_in_epoch"]
+        self.rollouts_done, self.env_steps = progress["rollouts_done"], progress["env_steps"]
+        self.run_id, self.checkpoint_sequence = restored["run_id"], restored["sequence"]
+        self.wandb_identity = restored["wandb"]
+        return progress
 
     def checkpoint_modules(self) -> dict[str, torch.nn.Module]:
         """Every trained module by a stable name (learners with critics or heads add theirs)."""
@@ -460,10 +494,3 @@ class Learner(abc.ABC):
             external_prompt_passthrough=cfg.external_prompt_passthrough,
             early_termination_threshold=cfg.early_termination_threshold,
         )
-
-    # TEMP until the checkpoint split lands: the old checkpoint module reads these.
-    def _epoch_size(self, env: TextParallelEnv) -> int:
-        return self.epoch_size(env)
-
-    def _epoch_order(self, env: TextParallelEnv, epoch: int) -> list[tuple[int, int | None]]:
-        return self.epoch_order(env, epoch)

@@ -34,13 +34,13 @@ from typing import Any, Sequence
 
 import torch
 
-from learners.actor_critic import IAC, MAAC, IACConfig, MAACConfig
+from learners.actor_critic import IAC, MAAC
 from learners.agents import load_causal_lm, model_name
 from learners.base import Learner
-from learners.checkpoint import CheckpointManager
+from learners.checkpoint_manager import CheckpointManager
 from learners.data import reset_roots
 from learners.optim import accumulate_gradients, adamw, gradient_step
-from learners.reinforce import MAGRPO, MAGRPOConfig
+from learners.preference_config import PAIR_SELECTIONS, MARLHFConfig, MARLHFIterConfig
 from learners.rollout import Rollout, RolloutEngine
 from rewards.models import RewardModel, bradley_terry_loss, joint_text
 
@@ -54,198 +54,6 @@ __all__ = [
     "replay_weights",
     "select_pairs",
 ]
-
-RL_ALGORITHMS = {
-    "magrpo": (MAGRPO, "mean"), "mareinforce": (MAGRPO, "raw"), "mareforce": (MAGRPO, "raw"),
-    "maremax": (MAGRPO, "max"), "marloo": (MAGRPO, "rloo"), "iac": (IAC, None), "maac": (MAAC, None),
-}
-PAIR_SELECTIONS = ("reward_gap", "random", "all")
-REPLAY_MODES = {"current": "current", "latest": "current", "new": "current", "nearest_k": "nearest_k",
-                "recent_k": "nearest_k", "last_k": "nearest_k", "k": "nearest_k", "all_history": "all_history",
-                "lambda": "lambda_decay", "lambda_decay": "lambda_decay", "td_lambda": "lambda_decay",
-                "td-lambda": "lambda_decay"}
-COMPARATORS = {"current": "current", "self": "current", "online": "current", "current_copy": "current_copy",
-               "copy": "current_copy", "online_copy": "current_copy", "history": "history",
-               "checkpoint": "history", "previous": "history", "previous_iteration": "history", "model": "model",
-               "external": "model", "comparator": "model", "reference": "model", "ref": "model"}
-SCORING = {"task": "task", "oracle": "task", "environment": "task", "env": "task",
-           "reward_model": "reward_model", "model": "reward_model", "learned": "reward_model"}
-
-
-@dataclasses.dataclass
-class MARLHFConfig(MAGRPOConfig):
-    """MARLHF settings: the MAGRPO fields (policy phase), critic fields for IAC/MAAC, and preference fields."""
-
-    rl_algorithm: str = "magrpo"
-    """Policy learner: magrpo, mareinforce (raw), maremax (max), marloo (rloo), iac or maac."""
-    reward_model_name: str | None = None
-    """Hub id or local causal-LM dir of the reward model's backbone; None: the first agent's id."""
-    reward_model_device: str | None = None
-    """Device of the reward model; None: the first agent's device (never a hard-coded GPU)."""
-    reward_learning_rate: float = 1e-5
-    """AdamW learning rate of the reward model."""
-    reward_num_train_epochs: int = 1
-    """Passes over the training pairs per preference stage."""
-    reward_train_batch_size: int = 8
-    """Pairs per reward-model optimizer step."""
-    reward_max_length: int | None = None
-    """Truncate joint texts (from the left) to this many tokens for the reward model."""
-    reward_freeze_backbone: bool = False
-    """Train only the reward head."""
-    reward_normalization: bool = False
-    """Standardize reward-model scores with the mean/std of the preference candidates' scores."""
-    reward_heldout_fraction: float = 0.1
-    """Pairs held out to measure the reward model's accuracy each stage."""
-    preference_num_candidates: int = 8
-    """Joint answers sampled per task instance to form pairs (the reference defaulted to 80)."""
-    preference_pairs_per_sample: int | None = 16
-    """Pairs kept per task instance after `pair_selection`; None keeps every pair."""
-    pair_selection: str = "reward_gap"
-    """"reward_gap" (largest gaps first), "random" or "all" (in index order)."""
-    collaboration_mode: str = "decentralized"
-    """Only "decentralized" (each agent its own model, the reference's default) is supported."""
-    dpo_beta: float = 0.1
-    """Accepted for compatibility with the reference config; MARLHF does not use it."""
-    use_environment_step: bool = True
-    """Accepted for compatibility with the reference config (its MADPO step counter); unused."""
-    environment_steps_per_pair: int = 2
-    """Accepted for compatibility with the reference config (its MADPO step counter); unused."""
-    # Used when rl_algorithm is "iac" or "maac":
-    critic_model_name: str | None = None
-    """IAC/MAAC backend: the critics' model id or dir; None: the first agent's."""
-    critic_learning_rate: float | None = None
-    """IAC/MAAC backend: as `IACConfig.critic_learning_rate` (None: `agent_learning_rate`)."""
-    critic_devices: str | list[str] | None = None
-    """IAC/MAAC backend: as `IACConfig.critic_devices`."""
-    use_separate_critic: bool = True
-    """IAC backend: as `IACConfig.use_separate_critic`."""
-    critic_type: str = "v"
-    """IAC/MAAC backend: as `IACConfig.critic_type`."""
-    value_loss_coef: float = 0.6
-    """IAC/MAAC backend: as `IACConfig.value_loss_coef`."""
-    value_clip_range: float | None = 0.2
-    """IAC/MAAC backend: as `IACConfig.value_clip_range`."""
-    critic_value_head_hidden_dim: int | None = None
-    """IAC/MAAC backend: as `IACConfig.critic_value_head_hidden_dim`."""
-    value_head_hidden_dim: int | None = None
-    """IAC backend: as `IACConfig.value_head_hidden_dim`."""
-    critic_max_length: int | None = None
-    """MAAC backend: as `MAACConfig.critic_max_length`."""
-    gae_lambda: float = 0.95
-    """IAC/MAAC backend: as `IACConfig.gae_lambda`."""
-    ppo_epochs: int = 1
-    """IAC/MAAC backend: as `IACConfig.ppo_epochs`."""
-
-    def __post_init__(self) -> None:
-        self.rl_algorithm = str(self.rl_algorithm).lower()
-        if self.rl_algorithm not in RL_ALGORITHMS:
-            raise ValueError(f"rl_algorithm must be one of {', '.join(RL_ALGORITHMS)}, got {self.rl_algorithm!r}.")
-        super().__post_init__()
-        if self.num_turns != 1:
-            raise ValueError(f"preference learning scores single-turn joint answers; num_turns must be 1, got {self.num_turns}.")
-        if self.collaboration_mode != "decentralized":
-            raise ValueError(f"collaboration_mode {self.collaboration_mode!r} is not supported; use 'decentralized'.")
-        if self.pair_selection not in PAIR_SELECTIONS:
-            raise ValueError(f"pair_selection must be one of {', '.join(PAIR_SELECTIONS)}, got {self.pair_selection!r}.")
-        if self.pair_selection == "all" and self.preference_pairs_per_sample is not None:
-            raise ValueError("pair_selection='all' keeps every pair: set preference_pairs_per_sample=None.")
-        if self.preference_num_candidates < 2:
-            raise ValueError(f"preference_num_candidates must be >= 2, got {self.preference_num_candidates}.")
-        if self.preference_pairs_per_sample is not None and self.preference_pairs_per_sample < 1:
-            raise ValueError(f"preference_pairs_per_sample must be >= 1 or None, got {self.preference_pairs_per_sample}.")
-        for name in ("reward_learning_rate", "reward_num_train_epochs", "reward_train_batch_size"):
-            if getattr(self, name) <= 0:
-                raise ValueError(f"{name} must be > 0, got {getattr(self, name)}.")
-        if self.reward_max_length is not None and self.reward_max_length < 1:
-            raise ValueError(f"reward_max_length must be >= 1 or None, got {self.reward_max_length}.")
-        if not 0.0 <= self.reward_heldout_fraction < 1.0:
-            raise ValueError(f"reward_heldout_fraction must be in [0, 1), got {self.reward_heldout_fraction}.")
-
-    def _check_group_size(self, minimum: int = 2) -> None:
-        super()._check_group_size(1 if RL_ALGORITHMS[self.rl_algorithm][0] is not MAGRPO else 2)
-
-    def policy_config(self) -> tuple[type[Learner], Any]:
-        """The RL learner class and its config, built from this config's fields of the same names."""
-        cls, mode = RL_ALGORITHMS[self.rl_algorithm]
-        target = {MAGRPO: MAGRPOConfig, IAC: IACConfig, MAAC: MAACConfig}[cls]
-        values = {f.name: getattr(self, f.name) for f in dataclasses.fields(target) if hasattr(self, f.name)}
-        if mode is not None:
-            values["advantage_mode"] = mode
-        return cls, target(**values)
-
-
-@dataclasses.dataclass
-class MARLHFIterConfig(MARLHFConfig):
-    """MARLHFIter settings: MARLHF's, plus iterations, replay and comparator policies."""
-
-    num_iterations: int = 6
-    """Preference-then-policy iterations; counts the whole run, also on resume."""
-    num_train_epochs: int = 2
-    """Policy epochs per iteration."""
-    reward_num_train_epochs: int = 2
-    preference_pairs_per_sample: int | None = 4
-    preference_scoring_reward: str = "task"
-    """Label pairs with the task reward ("task") or the previous iteration's reward model ("reward_model")."""
-    preference_replay_mode: str = "current"
-    """Which iterations' pairs train the reward model: current, nearest_k, all_history or lambda_decay
-    (see `replay_weights`)."""
-    preference_replay_k: int | None = None
-    """nearest_k: the newest k non-empty iterations' pairs."""
-    preference_replay_lambda: float | None = None
-    """lambda_decay: weight (1 - lambda) lambda^age per iteration's pairs, in [0, 1]."""
-    preference_replay_sample_size: int | None = None
-    """Pairs drawn from the replay per iteration; None: this iteration's pair count."""
-    preference_replay_dir: str | None = None
-    """Write each iteration's pairs as JSON here (a fresh resume-* subdirectory when resuming into a non-empty one)."""
-    comparator_policy: str = "current"
-    """Who the current agents are compared with: their own samples ("current"), a frozen copy taken at the
-    iteration's start ("current_copy"), the agents of `comparator_history_k` iterations ago ("history"),
-    or fixed models (`comparator_model_name` / `comparator_agents`, "model")."""
-    comparator_model_name: str | None = None
-    """comparator_policy="model": one model id or dir for every agent's comparator."""
-    comparator_agents: list[str] | None = None
-    """comparator_policy="model": one comparator model id or dir per agent."""
-    comparator_num_candidates: int | None = None
-    """Comparator samples per task instance; None: `preference_num_candidates`."""
-    comparator_history_k: int | None = None
-    """comparator_policy="history": compare with the agents of this many iterations ago (default 1)."""
-
-    def __post_init__(self) -> None:
-        super().__post_init__()
-        if self.num_iterations < 1:
-            raise ValueError(f"num_iterations must be >= 1, got {self.num_iterations}.")
-        self.preference_scoring_reward = SCORING.get(str(self.preference_scoring_reward).lower(), "")
-        if not self.preference_scoring_reward:
-            raise ValueError("preference_scoring_reward must be 'task' or 'reward_model'.")
-        mode = REPLAY_MODES.get(str(self.preference_replay_mode).lower())
-        if mode is None:
-            raise ValueError(f"preference_replay_mode must be current, nearest_k, all_history or lambda_decay, "
-                             f"got {self.preference_replay_mode!r}.")
-        self.preference_replay_mode = mode
-        if mode == "nearest_k" and (self.preference_replay_k is None or self.preference_replay_k < 1):
-            raise ValueError("preference_replay_mode='nearest_k' needs preference_replay_k >= 1.")
-        if mode == "current" and self.preference_replay_k not in (None, 1):
-            raise ValueError("preference_replay_k only applies to nearest_k (current accepts None or 1).")
-        if mode == "lambda_decay" and not (self.preference_replay_lambda is not None and 0 <= self.preference_replay_lambda <= 1):
-            raise ValueError("preference_replay_mode='lambda_decay' needs preference_replay_lambda in [0, 1].")
-        comparator = COMPARATORS.get(str(self.comparator_policy).lower())
-        if comparator is None:
-            raise ValueError(f"comparator_policy must be current, current_copy, history or model, "
-                             f"got {self.comparator_policy!r}.")
-        self.comparator_policy = comparator
-        has_models = self.comparator_model_name is not None or self.comparator_agents is not None
-        if comparator == "model" and not has_models:
-            raise ValueError("comparator_policy='model' needs comparator_model_name or comparator_agents.")
-        if comparator != "model" and has_models:
-            raise ValueError(f"comparator_model_name / comparator_agents only apply to comparator_policy='model', "
-                             f"not {comparator!r}.")
-        if self.comparator_history_k is not None and comparator != "history":
-            raise ValueError("comparator_history_k only applies to comparator_policy='history'.")
-        if comparator == "history" and self.comparator_history_k is None:
-            self.comparator_history_k = 1
-        if self.comparator_num_candidates is not None and self.comparator_num_candidates < 1:
-            raise ValueError(f"comparator_num_candidates must be >= 1, got {self.comparator_num_candidates}.")
-
 
 # ----- pure functions ---------------------------------------------------------------------------
 
@@ -321,7 +129,7 @@ class MARLHF:
                                  "set MARLHFConfig(reward_model_name='id or dir').")
         self.reward_model_source = source
         policy_cls, policy_cfg = cfg.policy_config()
-        separate_critic = policy_cls is MAAC or (policy_cls is IAC and cfg.use_separate_critic)
+        separate_critic = policy_cls is MAAC or (policy_cls is IAC and policy_cfg.use_separate_critic)
         if separate_critic and critic_model is None and critics is None:
             # As the seed: critics default to critic_model_name, else the first actor's id.
             critic_model = cfg.critic_model_name or model_name((kwargs.get("agents") or [kwargs.get("agent_model")])[0])

@@ -403,3 +403,20 @@ def test_every_ppo_epoch_reshuffles_the_minibatches_with_a_seed(tiny_dir):
     assert len(seen) == 12 and all(sorted(p) == list(range(8)) for p in passes)  # each pass covers every sample
     assert len({tuple(p) for p in passes}) == 3  # a fresh order every pass
     assert minibatches() == seen  # seeded: a rerun (or a resumed run) repeats it
+
+
+@pytest.mark.parametrize("learner", ["iac", "maac"])
+def test_reference_kl_penalizes_drift_from_a_frozen_copy(tiny_dir, learner):
+    """The reference's IAC and MAAC accept reference_kl_*; ours used to refuse them."""
+    cls, config = {"iac": (IACTrainer, IACConfig), "maac": (MAACTrainer, MAACConfig)}[learner]
+    args = config(**{**FAST, "num_generations": 2, "num_train_epochs": 2}, reference_kl_enabled=True,
+                  reference_kl_coef=0.5, agent_learning_rate=1e-2)
+    trainer = cls(agent_model=tiny_dir, num_agents=2, critic_model=tiny_dir, reward_func=reward_func,
+                  train_dataset=train_dataset, args=args)
+    reference = {k: v.clone() for k, v in trainer.reference_models[0].state_dict().items()}
+    seen = []
+    trainer.callbacks.append(type("Kl", (), {"on_step_end": lambda self, t, m: seen.append(m["train/agent_0/kl"])})())
+    trainer.learn()
+    assert len(seen) == 2 and seen[0] == pytest.approx(0.0, abs=1e-5) and seen[1] > 0  # identical, then drifted
+    assert all(torch.equal(v, trainer.reference_models[0].state_dict()[k]) for k, v in reference.items())
+    assert {"reference_0", "reference_1"} <= set(trainer.checkpoint_modules())

@@ -25,9 +25,10 @@ from safetensors.torch import load_file
 from transformers import AutoTokenizer
 
 import learners
-import learners.checkpoint as ckpt_mod
+import learners.atomic as atomic_mod
+import learners.rng as rng_mod
 from learners import CheckpointError, InexactResumeWarning, read_checkpoint_metadata
-from learners.checkpoint import CheckpointManager
+from learners.checkpoint_manager import CheckpointManager
 from learners.reinforce import MAGRPO, MAGRPOConfig
 from procs import child_env
 
@@ -130,7 +131,7 @@ def test_a_failed_save_over_an_existing_checkpoint_keeps_it(tiny_dir, tmp_path, 
     def boom():
         raise RuntimeError("disk full")
 
-    monkeypatch.setattr(ckpt_mod, "_capture_rng", boom)
+    monkeypatch.setattr(rng_mod, "capture_rng", boom)
     with pytest.raises(RuntimeError, match="disk full"):
         learner.save_checkpoint(path)
     assert os.listdir(tmp_path) == ["ck"]  # the staging dir is removed
@@ -138,7 +139,7 @@ def test_a_failed_save_over_an_existing_checkpoint_keeps_it(tiny_dir, tmp_path, 
     monkeypatch.undo()
     learner.save_checkpoint(path)  # replaced atomically (renameat2 RENAME_EXCHANGE on Linux)
     assert read_checkpoint_metadata(path)["progress"]["epoch"] == 7 and os.listdir(tmp_path) == ["ck"]
-    monkeypatch.setattr(ckpt_mod, "_exchange", lambda a, b: False)  # the fallback: old one aside, then rename
+    monkeypatch.setattr(atomic_mod, "exchange", lambda a, b: False)  # the fallback: old one aside, then rename
     learner.epoch = 8
     learner.save_checkpoint(path)
     assert read_checkpoint_metadata(path)["progress"]["epoch"] == 8 and os.listdir(tmp_path) == ["ck"]
@@ -319,6 +320,30 @@ def test_portable_fields_may_change(tiny_dir, trained_ckpt, tmp_path):
     assert learner.callbacks[0].steps == 1
 
 
+def _edit_config(path, drop=(), **add):
+    state = json.load(open(os.path.join(path, "state.json")))
+    config = {k: v for k, v in state["config"].items() if k not in drop}
+    _edit_state(config={**config, **add})(path)
+
+
+def test_a_config_field_added_after_the_save_counts_as_unchanged_at_its_default(tiny_dir, trained_ckpt, tmp_path):
+    path = str(tmp_path / "ck")
+    shutil.copytree(trained_ckpt, path)
+    _edit_config(path, drop=("reference_kl_coef", "clip_range"))  # as if written before these fields existed
+    assert make(tiny_dir, epochs=1, n=2, callbacks=[Counter()]).load_checkpoint(path)["epoch"] == 1
+    learner = make(tiny_dir, epochs=1, n=2, callbacks=[Counter()], clip_range=0.3)  # not the default: a change
+    with pytest.raises(CheckpointError, match=r"different config \(clip_range: not saved, now 0.3\)"):
+        learner.load_checkpoint(path)
+
+
+def test_a_saved_config_field_that_no_longer_exists_is_ignored(tiny_dir, trained_ckpt, tmp_path):
+    path = str(tmp_path / "ck")
+    shutil.copytree(trained_ckpt, path)
+    _edit_config(path, retired_option=3, old_mode="fast")  # fields a later version of the config dropped
+    learner = make(tiny_dir, epochs=1, n=2, callbacks=[Counter()])
+    assert learner.load_checkpoint(path)["epoch"] == 1 and learner.callbacks[0].steps == 1
+
+
 def test_checkpoints_record_their_numerics_and_a_resume_under_others_warns_and_continues(tiny_dir, trained_ckpt,
                                                                                        tmp_path, monkeypatch):
     numerics = read_checkpoint_metadata(trained_ckpt)["numerics"]
@@ -494,7 +519,7 @@ def test_wandb_identity_round_trips_and_the_seed_recipe_merges_it(tiny_dir, tmp_
 
 CHILD_SCRIPT = """
 import json, sys, time
-import learners.checkpoint as ck
+import learners.rng as ck
 from test_checkpoint import Counter, make
 jobs, kill = json.loads(sys.stdin.readline())  # sent once the parent has written the checkpoints
 for job in jobs:  # resume each checkpoint in this fresh process, then save the final state
@@ -502,14 +527,14 @@ for job in jobs:  # resume each checkpoint in this fresh process, then save the 
     learner.learn(resume_from_checkpoint=job["resume"], checkpoint_dir=job.get("dir"))
     learner.save_checkpoint(job["out"])
     print("done", job["name"], flush=True)
-calls, capture = [], ck._capture_rng
+calls, capture = [], ck.capture_rng
 def slow_capture():  # called between writing optim.pt and rng.pt
     calls.append(1)
     if len(calls) == 2:  # the second checkpoint: models and optim.pt are in its staging dir
         print("saving", flush=True)
         time.sleep(300)
     return capture()
-ck._capture_rng = slow_capture
+ck.capture_rng = slow_capture
 make(kill["model"], epochs=2).learn(checkpoint_dir=kill["dir"])
 print("not killed", flush=True)
 """

@@ -10,6 +10,8 @@ import torch
 from datasets import Dataset
 from transformers import AutoModelForCausalLM
 
+from learners.actor_critic import IACConfig, MAACConfig
+from learners.reinforce import MAGRPOConfig
 from learners.preference import (
     MARLHFConfig,
     MARLHFIterConfig,
@@ -366,3 +368,20 @@ def test_resume_from_a_preference_stage_or_a_policy_epoch_is_bit_identical(tiny_
             other = resumed.policy.checkpoint_modules()[name].state_dict()
             for key, value in module.state_dict().items():
                 assert torch.equal(value, other[key]), (resume_at, name, key)
+
+
+def test_the_backend_gets_its_own_defaults_nested_or_flat():
+    """With rl_algorithm="iac" the backend used to get num_generations=4 and critic_learning_rate=None
+    (MARLHF's re-declared defaults) where IACConfig has 1 and 5e-6."""
+    iac = MARLHFConfig(rl_algorithm="iac", max_new_tokens=8).policy_args
+    assert isinstance(iac, IACConfig) and (iac.num_generations, iac.critic_learning_rate) == (1, 5e-6)
+    assert iac.max_new_tokens == 8  # shared fields come from the MARLHF config
+    nested = MARLHFConfig(rl_algorithm="maac", policy_args=MAACConfig(critic_max_length=32, num_generations=2))
+    flat = MARLHFConfig(rl_algorithm="maac", critic_max_length=32, num_generations=2)  # the reference's spelling
+    assert nested.policy_args == flat.policy_args and flat.policy_args.critic_max_length == 32
+    with pytest.raises(ValueError, match=r"\['critic_max_length'\] do not apply to rl_algorithm='iac'"):
+        MARLHFConfig(rl_algorithm="iac", critic_max_length=32)
+    with pytest.raises(TypeError, match="takes policy_args=IACConfig"):
+        MARLHFConfig(rl_algorithm="iac", policy_args=MAACConfig())
+    with pytest.raises(ValueError, match=r"policy_args sets \['max_new_tokens'\].*set them on MARLHFConfig"):
+        MARLHFConfig(policy_args=MAGRPOConfig(max_new_tokens=8))
