@@ -40,9 +40,9 @@ from learners.base import Learner
 from learners.config import LearnerConfig, canonicalize
 from learners.critics import CausalLMWithValueHead, ValueHead, load_critics
 from learners.data import seed_everything
-from learners.losses import POLICY_STATS, completion_logprobs, policy_loss, policy_stats, token_logprobs, value_loss
+from learners.losses import POLICY_STATS, policy_terms, token_logprobs, value_loss
 from learners.metrics import MeanMetrics, rollout_metrics
-from learners.optim import accumulate_gradients, adamw, gradient_step
+from learners.optim import accumulate_gradients, adamw, gradient_step, policy_step
 from learners.rollout import Rollout, SampleBatch
 from rewards.models import encode_joint_texts, joint_text
 
@@ -236,19 +236,10 @@ class ActorCritic(Learner):
     def actor_step(self, a: int, rollout: Rollout, idx: torch.Tensor, adv: torch.Tensor,
                    old_logprobs: list[torch.Tensor] | None) -> dict[str, float]:
         """One optimizer step of actor `a` on the samples `idx` (`adv`: `(A, S)`)."""
-        cfg: ActorCriticConfig = self.args
-        model, optimizer = self.agents[a], self.optimizers[a]
-
-        def loss_fn(micro: torch.Tensor) -> tuple[torch.Tensor, ...]:
-            batch = rollout.samples[a].select(micro)
-            logprobs = completion_logprobs(model, batch, cfg.logprob_temperature)
-            return self.policy_terms(a, micro, batch, logprobs, adv, old_logprobs)
-
-        optimizer.zero_grad(set_to_none=True)
-        terms = accumulate_gradients(idx, loss_fn, cfg.gradient_accumulation_steps)  # forward + backward
-        grad_norm = gradient_step(model, optimizer, len(idx), cfg.max_grad_norm, self.dist)
-        return {f"train/agent_{a}/grad_norm": grad_norm, f"train/agent_{a}/learning_rate": optimizer.param_groups[0]["lr"],
-                **{f"train/agent_{a}/{name}": x for name, x in zip(("loss", *POLICY_STATS), terms)}}
+        old = None if old_logprobs is None else old_logprobs[a]
+        metrics = policy_step(self.agents[a], self.optimizers[a], rollout.samples[a], idx, adv[a], old, self.args,
+                              self.dist)
+        return {f"train/agent_{a}/{name}": value for name, value in metrics.items()}
 
     def critic_step(self, c: int, rollout: Rollout, idx: torch.Tensor, old_values: torch.Tensor,
                     targets: torch.Tensor) -> dict[str, float]:
@@ -264,17 +255,6 @@ class ActorCritic(Learner):
         terms = accumulate_gradients(idx, loss_fn, cfg.gradient_accumulation_steps)  # forward + backward
         grad_norm = gradient_step(critic, optimizer, len(idx), cfg.max_grad_norm, self.dist)
         return {f"train/critic_{c}/grad_norm": grad_norm, **({f"train/critic_{c}/loss": terms[1]} if terms else {})}
-
-    def policy_terms(self, a: int, idx: torch.Tensor, batch: SampleBatch, logprobs: torch.Tensor,
-                     adv: torch.Tensor, old_logprobs: list[torch.Tensor] | None) -> tuple[torch.Tensor, ...]:
-        """Clipped policy loss of agent `a` on the samples `idx` (`batch`, `logprobs`: their rows; `adv`:
-        `(A, S)`), then the `policy_stats`; the ratio is 1 without old log-probs."""
-        cfg: ActorCriticConfig = self.args
-        old = logprobs.detach() if old_logprobs is None else old_logprobs[a][idx][:, : logprobs.shape[1]]
-        old, advantages = old.to(logprobs.device), adv[a, idx].to(logprobs.device)
-        mask = batch.completion_mask.to(logprobs.device)
-        loss = policy_loss(logprobs, old, advantages, mask, cfg.clip_range, cfg.length_normalization)
-        return loss, *policy_stats(logprobs, old, advantages, mask, cfg.clip_range)
 
     def value_terms(self, c: int, idx: torch.Tensor, values: torch.Tensor, old_values: torch.Tensor,
                     targets: torch.Tensor) -> torch.Tensor:
@@ -404,7 +384,9 @@ class IAC(ActorCritic):
             batch = rollout.samples[a].select(micro)
             values, logprobs = self.values(a, batch, with_logprobs=True)
             critic_loss = self.value_terms(a, micro, values, old_values, targets)
-            actor_loss, *stats = self.policy_terms(a, micro, batch, logprobs, adv, old_logprobs)
+            old = None if old_logprobs is None else old_logprobs[a][micro]
+            actor_loss, *stats = policy_terms(logprobs, old, adv[a, micro], batch.completion_mask, cfg.clip_range,
+                                              cfg.length_normalization)
             return actor_loss + cfg.value_loss_coef * critic_loss, actor_loss, critic_loss, *stats
 
         optimizer.zero_grad(set_to_none=True)

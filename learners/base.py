@@ -31,7 +31,7 @@ from typing import Any, Callable, Sequence
 import torch
 
 import comlrl_env
-from comlrl_env import DatasetEnv, TextParallelEnv
+from comlrl_env import TextParallelEnv
 from learners import data
 from learners.agents import (agent_count, enable_gradient_checkpointing, load_agents, model_name, resolve_devices,
                              save_pretrained_with_head)
@@ -95,16 +95,16 @@ class Learner(abc.ABC):
             raise ValueError("eval_logger and eval_aggregator work together: pass both or neither.")
         count = agent_count(num_agents, agents, cfg.num_agents)
         self.dist = Distributed.from_env()
-        task = dict(reward_func=reward_func, count=count, formatters=formatters, transition=external_transition,
-                    reward_processor=reward_processor)
-        self.env = self._build_env(env, train_dataset, what="env", **task)
+        task = dict(reward_func=reward_func, num_agents=count, formatters=formatters, transition=external_transition,
+                    reward_processor=reward_processor, cfg=cfg)
+        self.env = data.build_env(env, train_dataset, what="env", **task)
         if len(self.env.possible_agents) != count:
             raise ValueError(
                 f"the environment has {len(self.env.possible_agents)} agents but {count} were configured "
                 f"(num_agents / agents); make them equal."
             )
         has_eval = eval_env is not None or eval_dataset is not None
-        self.eval_env = self._build_env(eval_env, eval_dataset, what="eval_env", **task) if has_eval else self.env
+        self.eval_env = data.build_env(eval_env, eval_dataset, what="eval_env", **task) if has_eval else self.env
         self.num_agents = count
         self.reward_func = reward_func
         self.callbacks = list(callbacks or [])
@@ -469,28 +469,3 @@ class Learner(abc.ABC):
 
     def _run_config(self) -> dict[str, Any]:
         return {"learner": type(self).__name__, "num_agents": self.num_agents, **dataclasses.asdict(self.args)}
-
-    def _build_env(self, env: Any, dataset: Any, *, what: str, reward_func: Any, count: int, formatters: Any,
-                   transition: Any, reward_processor: Any) -> TextParallelEnv:
-        """The env named, built or returned by `env`, or `dataset` + `reward_func` wrapped in a `DatasetEnv`."""
-        cfg = self.args
-        if env is not None and dataset is not None:
-            raise ValueError(f"pass either {what}= or a dataset with reward_func=, not both.")
-        if env is None and dataset is None:
-            raise ValueError("no task: pass env= (an env id, instance or factory) or train_dataset= with reward_func=.")
-        if env is not None:
-            if isinstance(env, str):
-                env = comlrl_env.make(env)
-            elif not isinstance(env, TextParallelEnv) and callable(env):
-                env = env()
-            if not isinstance(env, TextParallelEnv):
-                raise TypeError(f"{what} must be an env id, a TextParallelEnv or a factory returning one, got {env!r}.")
-            return env
-        if not callable(reward_func):
-            raise TypeError(f"reward_func must be a callable, got {reward_func!r}.")
-        return DatasetEnv(
-            dataset, reward_func, num_agents=count, formatters=formatters, external_transition=transition,
-            num_turns=cfg.num_turns, reward_processor=reward_processor,
-            external_prompt_passthrough=cfg.external_prompt_passthrough,
-            early_termination_threshold=cfg.early_termination_threshold,
-        )

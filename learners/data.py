@@ -1,5 +1,6 @@
-"""The data order: which task instances a run visits, in which order, and how a rollout is cut into
-minibatches. Pure functions of the seed and counters, so a resumed run repeats them exactly.
+"""Where episodes come from and in which order: the env a learner trains on (`build_env`), which task
+instances a run visits, in which order, and how a rollout is cut into minibatches. The orders are pure
+functions of the seed and counters, so a resumed run repeats them exactly.
 
 - An epoch visits every task instance of a finite env once, in a seeded shuffled order (or
   `episodes_per_epoch` seeded draws of a procedural env); each episode gets its own reset seed.
@@ -11,16 +12,44 @@ from __future__ import annotations
 
 import math
 import random
+from typing import Any
 
 import numpy as np
 import torch
 
-from comlrl_env import TextParallelEnv
+import comlrl_env
+from comlrl_env import DatasetEnv, TextParallelEnv
 
-__all__ = ["epoch_order", "epoch_size", "minibatch_order", "reset_roots", "seed_everything"]
+__all__ = ["build_env", "epoch_order", "epoch_size", "minibatch_order", "reset_roots", "seed_everything"]
 
 PROCEDURAL_EPOCH = 64
 """Task instances per epoch of an env without a finite task list, unless `episodes_per_epoch` says."""
+
+
+def build_env(env: Any, dataset: Any, *, what: str, reward_func: Any, num_agents: int, formatters: Any,
+              transition: Any, reward_processor: Any, cfg: Any) -> TextParallelEnv:
+    """The env `env` names (an id), is, or builds (a factory), or `dataset` + `reward_func` wrapped in a
+    `DatasetEnv` with the config's episode settings (`num_turns`, ...); `what` names the argument in errors."""
+    if env is not None and dataset is not None:
+        raise ValueError(f"pass either {what}= or a dataset with reward_func=, not both.")
+    if env is None and dataset is None:
+        raise ValueError("no task: pass env= (an env id, instance or factory) or train_dataset= with reward_func=.")
+    if env is not None:
+        if isinstance(env, str):
+            env = comlrl_env.make(env)
+        elif not isinstance(env, TextParallelEnv) and callable(env):
+            env = env()
+        if not isinstance(env, TextParallelEnv):
+            raise TypeError(f"{what} must be an env id, a TextParallelEnv or a factory returning one, got {env!r}.")
+        return env
+    if not callable(reward_func):
+        raise TypeError(f"reward_func must be a callable, got {reward_func!r}.")
+    return DatasetEnv(
+        dataset, reward_func, num_agents=num_agents, formatters=formatters, external_transition=transition,
+        num_turns=cfg.num_turns, reward_processor=reward_processor,
+        external_prompt_passthrough=cfg.external_prompt_passthrough,
+        early_termination_threshold=cfg.early_termination_threshold,
+    )
 
 
 def epoch_size(env: TextParallelEnv, episodes_per_epoch: int | None = None) -> int:

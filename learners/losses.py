@@ -20,7 +20,7 @@ if TYPE_CHECKING:
 
     from learners.rollout import SampleBatch
 
-__all__ = ["POLICY_STATS", "completion_logprobs", "policy_loss", "policy_stats", "sampled_logprobs",
+__all__ = ["POLICY_STATS", "completion_logprobs", "policy_loss", "policy_stats", "policy_terms", "sampled_logprobs",
            "token_logprobs", "value_loss"]
 
 POLICY_STATS = ("surrogate", "clip_fraction", "approx_kl", "entropy")
@@ -107,6 +107,23 @@ def policy_stats(
         terms = torch.stack([surrogate, ((ratio - 1).abs() > clip_range).float(), ratio - 1 - log_ratio,
                              -old_logprobs])
         return (terms * mask).sum((1, 2)) / mask.sum().clamp(min=1)
+
+
+def policy_terms(
+    logprobs: torch.Tensor,
+    old_logprobs: torch.Tensor | None,
+    advantages: torch.Tensor,
+    mask: torch.Tensor,
+    clip_range: float = 0.2,
+    length_normalization: bool = False,
+) -> tuple[torch.Tensor, ...]:
+    """`policy_loss`, then the four `policy_stats`, of a minibatch: `logprobs` `(S, T)` with gradients,
+    `old_logprobs` `(S, >= T)` from the rollout (None: the ratio is 1, the first step on a rollout),
+    `advantages` `(S,)` and the completion `mask` `(S, T)`, moved to the log-probs' device."""
+    old = logprobs.detach() if old_logprobs is None else old_logprobs[:, : logprobs.shape[1]].to(logprobs.device)
+    advantages, mask = advantages.to(logprobs.device), mask.to(logprobs.device)
+    loss = policy_loss(logprobs, old, advantages, mask, clip_range, length_normalization)
+    return loss, *policy_stats(logprobs, old, advantages, mask, clip_range)
 
 
 def value_loss(values: torch.Tensor, old_values: torch.Tensor, targets: torch.Tensor, clip: float | None) -> torch.Tensor:

@@ -17,7 +17,9 @@ from typing import Any, Callable
 
 import torch
 
-__all__ = ["accumulate_gradients", "adamw", "clip_grad", "gradient_step"]
+from learners.losses import POLICY_STATS, completion_logprobs, policy_terms
+
+__all__ = ["accumulate_gradients", "adamw", "clip_grad", "gradient_step", "policy_step"]
 
 LossTerms = torch.Tensor | tuple[torch.Tensor, ...]
 """What a micro-batch loss function returns: the loss to backward, or a tuple of it and terms only logged."""
@@ -87,3 +89,24 @@ def clip_grad(model: torch.nn.Module, max_norm: float | None) -> float:
         return 0.0
     norm = torch.nn.utils.clip_grad_norm_(params, max_norm if max_norm is not None else float("inf"))
     return float(norm)
+
+
+def policy_step(model: torch.nn.Module, optimizer: torch.optim.Optimizer, samples: Any, idx: torch.Tensor,
+                advantages: torch.Tensor, old_logprobs: torch.Tensor | None, cfg: Any, dist: Any = None
+                ) -> dict[str, float]:
+    """One optimizer step of a policy on the rows `idx` of its `samples` (a `SampleBatch`): the clipped
+    policy loss of `learners.losses.policy_terms` with `advantages` `(S,)` and `old_logprobs` `(S, T)` (None:
+    ratio 1). `cfg` gives the loss and step settings. Returns the loss, the `POLICY_STATS`, the gradient
+    norm and the learning rate (MAGRPO, IAC and MAAC actors all step here)."""
+    def loss_fn(micro: torch.Tensor) -> tuple[torch.Tensor, ...]:
+        batch = samples.select(micro)
+        logprobs = completion_logprobs(model, batch, cfg.logprob_temperature)
+        old = None if old_logprobs is None else old_logprobs[micro]
+        return policy_terms(logprobs, old, advantages[micro], batch.completion_mask, cfg.clip_range,
+                            cfg.length_normalization)
+
+    optimizer.zero_grad(set_to_none=True)
+    terms = accumulate_gradients(idx, loss_fn, cfg.gradient_accumulation_steps)  # forward + backward
+    grad_norm = gradient_step(model, optimizer, len(idx), cfg.max_grad_norm, dist)
+    return {"grad_norm": grad_norm, "learning_rate": optimizer.param_groups[0]["lr"],
+            **dict(zip(("loss", *POLICY_STATS), terms))}

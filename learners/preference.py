@@ -44,16 +44,8 @@ from learners.preference_config import PAIR_SELECTIONS, MARLHFConfig, MARLHFIter
 from learners.rollout import Rollout, RolloutEngine
 from rewards.models import RewardModel, bradley_terry_loss, joint_text
 
-__all__ = [
-    "MARLHF",
-    "MARLHFConfig",
-    "MARLHFIter",
-    "MARLHFIterConfig",
-    "MARLHFIterTrainer",
-    "MARLHFTrainer",
-    "replay_weights",
-    "select_pairs",
-]
+__all__ = ["MARLHF", "MARLHFConfig", "MARLHFIter", "MARLHFIterConfig", "MARLHFIterTrainer", "MARLHFTrainer",
+           "replay_weights", "select_pairs"]
 
 # ----- pure functions ---------------------------------------------------------------------------
 
@@ -167,20 +159,15 @@ class MARLHF:
     def env(self) -> Any:
         return self.policy.env
 
-    def learn(
-        self,
-        checkpoint_dir: str | None = None,
-        checkpoint_interval: int = 1,
-        resume_from_checkpoint: str | None = None,
-        checkpoint_total_limit: int | None = None,
-        checkpoint_steps: int | None = None,
-    ) -> dict[str, float]:
+    def learn(self, checkpoint_dir: str | None = None, *, resume_from_checkpoint: str | None = None,
+              **schedule: Any) -> dict[str, float]:
         """Run the preference stage(s) and policy phase(s), checkpointing after every preference stage
-        and at the policy learner's boundaries; `resume_from_checkpoint` continues bit for bit."""
+        and at the policy learner's boundaries; `resume_from_checkpoint` continues bit for bit.
+
+        `schedule`: `checkpoint_interval`, `checkpoint_total_limit` and `checkpoint_steps`, as in `Learner.learn`.
+        """
         cfg = self.args
         iterations = getattr(cfg, "num_iterations", 1)
-        kwargs = dict(checkpoint_dir=checkpoint_dir, checkpoint_interval=checkpoint_interval,
-                      checkpoint_total_limit=checkpoint_total_limit, checkpoint_steps=checkpoint_steps)
         resume = resume_from_checkpoint
         if resume is not None:
             self._restore(resume)
@@ -188,12 +175,13 @@ class MARLHF:
         while self.iteration < iterations:
             if resume is None:
                 metrics = self.preference_stage()
-                manager = CheckpointManager(self.policy, checkpoint_dir, total_limit=checkpoint_total_limit)
+                manager = CheckpointManager(self.policy, checkpoint_dir,
+                                            total_limit=schedule.get("checkpoint_total_limit"))
                 manager.start()
                 manager.save_now()
             if self.reward_model is not None:  # else no stage has found pairs yet: nothing to learn against
                 self.policy.args.num_train_epochs = cfg.num_train_epochs * (self.policy_phases + 1)
-                metrics.update(self.policy.learn(resume_from_checkpoint=resume, **kwargs))
+                metrics.update(self.policy.learn(checkpoint_dir, resume_from_checkpoint=resume, **schedule))
                 self.policy_phases += 1
             resume = None
             self.iteration += 1

@@ -28,9 +28,9 @@ import torch
 from learners.base import Learner
 from learners.config import LearnerConfig, canonicalize
 from learners.data import seed_everything
-from learners.losses import POLICY_STATS, completion_logprobs, policy_loss, policy_stats
+from learners.losses import POLICY_STATS, policy_loss, policy_stats  # noqa: F401 (public names of this module)
 from learners.metrics import MeanMetrics, rollout_metrics
-from learners.optim import accumulate_gradients, gradient_step
+from learners.optim import policy_step
 from learners.rollout import Rollout, per_agent
 
 __all__ = [
@@ -173,28 +173,13 @@ class MAGRPO(Learner):
 
     def update_agent(self, a: int, rollout: Rollout, advantages: torch.Tensor, chunks: list[torch.Tensor],
                      old: list[torch.Tensor] | None) -> dict[str, float]:
-        """Agent `a`'s optimizer steps on the minibatches `chunks` (sample rows) of `rollout`."""
-        cfg: MAGRPOConfig = self.args
-        model, optimizer = self.agents[a], self.optimizers[a]
-
-        def loss_fn(micro: torch.Tensor) -> tuple[torch.Tensor, ...]:
-            batch = rollout.samples[a].select(micro)
-            logprobs = completion_logprobs(model, batch, cfg.logprob_temperature)
-            mask = batch.completion_mask.to(logprobs.device)
-            old_lp = logprobs.detach() if old is None else old[a][micro][:, : logprobs.shape[1]].to(logprobs.device)
-            adv = advantages[a, micro].to(logprobs.device)
-            loss = policy_loss(logprobs, old_lp, adv, mask, cfg.clip_range, cfg.length_normalization)
-            return loss, *policy_stats(logprobs, old_lp, adv, mask, cfg.clip_range)
-
+        """Agent `a`'s optimizer steps on the minibatches `chunks` (sample rows) of `rollout`; an empty one
+        (torchrun: this rank has no groups left) joins the other ranks' step with zero gradients."""
         means = MeanMetrics()
-        for idx in chunks:  # an empty one (torchrun: this rank has no groups left) joins the others' step
-            optimizer.zero_grad(set_to_none=True)
-            terms = accumulate_gradients(idx, loss_fn, cfg.gradient_accumulation_steps)  # forward + backward
-            grad_norm = gradient_step(model, optimizer, len(idx), cfg.max_grad_norm, self.dist)
-            means.add({"grad_norm": grad_norm, **dict(zip(("loss", *POLICY_STATS), terms))})
-        metrics = {f"train/agent_{a}/{name}": value for name, value in means.means().items()}
-        metrics[f"train/agent_{a}/learning_rate"] = optimizer.param_groups[0]["lr"]
-        return metrics
+        for idx in chunks:
+            means.add(policy_step(self.agents[a], self.optimizers[a], rollout.samples[a], idx, advantages[a],
+                                  None if old is None else old[a], self.args, self.dist))
+        return {f"train/agent_{a}/{name}": value for name, value in means.means().items()}
 
 
 MAGRPOTrainer = MAGRPO
