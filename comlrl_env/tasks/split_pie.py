@@ -33,9 +33,6 @@ class SplitPie(TextParallelEnv):
 
     metadata = {**TextParallelEnv.metadata, "name": "general/SplitPie-v1", "reward_structure": "general", "num_tasks": 1}
 
-    def __init__(self, num_agents: int = 2, num_turns: int = 1, **kwargs) -> None:
-        super().__init__(num_agents=num_agents, num_turns=num_turns, **kwargs)
-
     def load_task(self, task_index: int | None) -> dict:
         return {"claims": []}
 
