@@ -32,9 +32,11 @@ SIDES = {
 }
 
 
-def run(side: str, model: str, learner: str, wait_quiet: float, against: str) -> dict:
+def run(side: str, model: str, learner: str, wait_quiet: float, against: str, structure: str = "batched") -> dict:
     python, script = SIDES[side]
     args = ["--model", model, "--wait-quiet", str(wait_quiet)]
+    if side == "ours":
+        args += ["--structure", structure]
     if against == "trl":
         args += ["--num-agents", "1"] if side == "ours" else []
     else:
@@ -53,6 +55,8 @@ def main() -> int:
     p.add_argument("--against", choices=["reference", "trl"], default="reference")
     p.add_argument("--repeats", type=int, default=3)
     p.add_argument("--wait-quiet", type=float, default=60.0, help="seconds to wait for an idle CPU before each run")
+    p.add_argument("--structure", default="batched", choices=["batched", "reference"],
+                   help="our step structure (see ours.py); the reference always runs its own")
     a = p.parse_args()
     learners = ["magrpo"] if a.against == "trl" else a.learner or ["magrpo"]
     other = a.against
@@ -64,7 +68,7 @@ def main() -> int:
             for i in range(a.repeats):
                 order = (other, "ours") if i % 2 == 0 else ("ours", other)
                 for side in order:
-                    r = run(side, model, learner, a.wait_quiet, other)
+                    r = run(side, model, learner, a.wait_quiet, other, a.structure)
                     results[side].append(r)
                     log.write(json.dumps(r) + "\n")
                     log.flush()
@@ -79,6 +83,7 @@ def main() -> int:
             rows.append((learner, os.path.basename(model), med[other], med["ours"], med[other] / med["ours"],
                          rss[other], rss["ours"], ours[0]["optimizer_steps_per_agent"],
                          ours[0]["completions_per_agent"]))
+    print(f"our structure: {a.structure}; medians of {a.repeats} alternating runs per side")
     print(f"| learner | model | {other} s | ours s | speed-up | {other} peak GB | ours peak GB | steps/agent | "
           "completions/agent |")
     print("|---|---|---|---|---|---|---|---|---|")

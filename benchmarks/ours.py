@@ -38,7 +38,11 @@ def length_reward(completions):
     return [len(c) / 100 for c in completions]
 
 
-def run_one(model_dir: str, learner_name: str = "magrpo", wait_quiet: float = 0.0, num_agents: int = 2) -> dict:
+def run_one(model_dir: str, learner_name: str = "magrpo", wait_quiet: float = 0.0, num_agents: int = 2,
+            structure: str = "batched") -> dict:
+    """One epoch of the workload. `structure`: "batched" rolls out all 16 prompts at once and takes 8 clipped
+    steps per agent; "reference" is the reference library's own structure, a rollout of 2 prompts and one
+    optimizer step per rollout (the same 8 steps and 64 completions per agent)."""
     import datasets
     import torch
     import transformers
@@ -68,15 +72,19 @@ def run_one(model_dir: str, learner_name: str = "magrpo", wait_quiet: float = 0.
         seed=workload.SEED,
     )
     per_step = workload.ROLLOUT_BUFFER_SIZE * workload.NUM_GENERATIONS  # 8 completions per optimizer step
+    groups = workload.ROLLOUT_BUFFER_SIZE
+    if structure == "reference":  # one rollout of 2 prompts per optimizer step, as the reference library steps
+        common["rollout_buffer_size"] = workload.ROLLOUT_BUFFER_SIZE
+        per_step = groups = None
     if learner_name == "magrpo":
-        cls, cfg, extra = MAGRPO, MAGRPOConfig(**common, train_batch_size=workload.ROLLOUT_BUFFER_SIZE), {}
+        cls, cfg, extra = MAGRPO, MAGRPOConfig(**common, train_batch_size=groups), {}
     elif learner_name == "iac":
         cls, cfg, extra = IAC, IACConfig(**common, train_batch_size=per_step), {"critic_model": model_dir}
     elif learner_name == "maac":
         cls, cfg, extra = MAAC, MAACConfig(**common, train_batch_size=per_step), {"critic_model": model_dir}
     else:
         cls, extra = MARLHF, {}
-        cfg = MARLHFConfig(**common, train_batch_size=workload.ROLLOUT_BUFFER_SIZE,
+        cfg = MARLHFConfig(**common, train_batch_size=groups,
                            preference_num_candidates=workload.NUM_GENERATIONS, reward_model_device="cpu",
                            reward_heldout_fraction=0.0, preference_pairs_per_sample=16, reward_train_batch_size=8)
     learner = cls(
@@ -117,6 +125,7 @@ def run_one(model_dir: str, learner_name: str = "magrpo", wait_quiet: float = 0.
         model_dir=os.path.abspath(model_dir),
         params=sum(p.numel() for p in policy.agents[0].parameters()),
         library="comlrl-env",
+        structure=structure,
         torch=torch.__version__,
         transformers=transformers.__version__,
         threads=torch.get_num_threads(),
@@ -131,8 +140,11 @@ def main(argv=None) -> int:
     p.add_argument("--num-agents", type=int, default=2, choices=[1, 2],
                    help="1: the single-agent workload of the TRL comparison (trl_grpo.py)")
     p.add_argument("--wait-quiet", type=float, default=0.0, metavar="SECONDS")
+    p.add_argument("--structure", default="batched", choices=["batched", "reference"],
+                   help="batched: all 16 prompts in one rollout, 8 clipped steps; reference: a rollout of 2 prompts "
+                        "per optimizer step, as the reference library runs")
     a = p.parse_args(argv)
-    run_one(a.model, a.learner, wait_quiet=a.wait_quiet, num_agents=a.num_agents)
+    run_one(a.model, a.learner, wait_quiet=a.wait_quiet, num_agents=a.num_agents, structure=a.structure)
     return 0
 
 

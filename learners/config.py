@@ -142,6 +142,10 @@ class LearnerConfig:
     peft_config: Any = None
     """A `peft.LoraConfig` (or a dict of its arguments): each agent trains its own LoRA adapter, and agents
     loaded from one `agent_model` share one frozen base model in memory (needs `comlrl-env[peft]`)."""
+    batch_adapters: bool = True
+    """With `peft_config`, agents on one shared base generate together: one batched sampling call per turn
+    over every agent's prompts, each row through its own adapter (False: one call per agent). Each row's
+    samples and log-probs are its own agent's; updates stay per agent (exact gradients)."""
     merge_adapters_on_save: bool = False
     """With `peft_config`, `save_model` writes merged full models instead of adapter dirs."""
     gradient_checkpointing: bool = False
@@ -201,7 +205,7 @@ class LearnerConfig:
             max_new_tokens=self.max_new_tokens, temperature=self.temperature, top_p=self.top_p, top_k=self.top_k,
             use_chat_template=self.use_chat_template, stop_strings=self.stop_strings,
             max_prompt_length=self.max_prompt_length, generation_kwargs=dict(self.generation_kwargs),
-            logprob_temperature=self.logprob_temperature,
+            logprob_temperature=self.logprob_temperature, batch_adapters=self.batch_adapters,
         )
 
     @property
@@ -234,3 +238,5 @@ class GenerationSettings:
     """Extra `generate` arguments."""
     logprob_temperature: float = 1.0
     """The kept log-probs are under softmax(z / this): the learners' scoring temperature."""
+    batch_adapters: bool = True
+    """LoRA agents on one shared base sample together in one batch, each row through its own adapter."""

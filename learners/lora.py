@@ -110,4 +110,6 @@ def attach_adapters(models: Sequence[nn.Module], peft_config: Any, merge_on_save
         else:
             wrapped[id(model)].add_adapter(name, copy.deepcopy(config))
         agents.append(name)
+    for peft_model in wrapped.values():
+        peft_model.eval()  # as every agent: no dropout (PEFT's new modules, lora_dropout included, start in train mode)
     return [AdapterAgent(wrapped[id(m)], name, merge_on_save) for m, name in zip(models, agents)]

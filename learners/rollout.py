@@ -149,12 +149,61 @@ class RolloutEngine:
         self.tokenizers = list(tokenizers)
         self.settings = settings
         self.concurrent = distinct_accelerators([m.device for m in self.agents])
+        self.shared_base = self._shared_base()  # the PEFT model of LoRA agents that sample together, or None
 
     # ----- one batched generate ------------------------------------------------
 
+    def generate_turn(self, prompts: list[list[str]], num_samples: int, greedy: bool = False) -> list[SampleBatch]:
+        """Every agent's samples for one turn, `num_samples` per prompt; `prompts[a]` are agent a's.
+
+        LoRA agents on one shared base (`batch_adapters`) sample in ONE batched call over all agents'
+        prompts, each row through its own adapter (PEFT's mixed-adapter batches): one decode loop instead
+        of one per agent. Other agents make one call each, in threads when they sit on distinct accelerators.
+        """
+        if self.shared_base is None:
+            return per_agent(lambda a: self.generate(a, prompts[a], num_samples, greedy), len(self.agents),
+                             self.concurrent)
+        cfg, tok = self.settings, self.tokenizers[0]
+        ids, mask = self._encode(0, [p for agent_prompts in prompts for p in agent_prompts])
+        names = [agent.adapter_name for agent, agent_prompts in zip(self.agents, prompts) for _ in agent_prompts]
+        eos_ids = self._eos_ids(0)
+        completion, logprobs = sample_completions(
+            self.shared_base, ids, mask, num_samples, cfg.max_new_tokens, eos_ids, tok.pad_token_id,
+            temperature=None if greedy else cfg.temperature, top_k=cfg.top_k, top_p=cfg.top_p,
+            logprob_temperature=cfg.logprob_temperature, adapter_names=names)
+        batches, start = [], 0
+        for agent_prompts in prompts:
+            rows = slice(start, start + len(agent_prompts))
+            samples = slice(rows.start * num_samples, rows.stop * num_samples)
+            keep = mask[rows].any(0)  # drop the left padding only other agents' longer prompts needed
+            first = int(keep.int().argmax()) if bool(keep.any()) else mask.shape[1]
+            batches.append(self._samples(0, ids[rows, first:], mask[rows, first:], completion[samples],
+                                         logprobs[samples], num_samples))
+            start = rows.stop
+        return batches
+
     def generate(self, agent: int, prompts: list[str], num_samples: int, greedy: bool = False) -> SampleBatch:
-        """Sample `num_samples` completions for each prompt in one `generate` call (rows prompt-major)."""
-        model, tok, cfg = self.agents[agent], self.tokenizers[agent], self.settings
+        """Sample `num_samples` completions for each prompt in one call (rows prompt-major)."""
+        cfg, tok = self.settings, self.tokenizers[agent]
+        ids, mask = self._encode(agent, prompts)
+        eos_ids = self._eos_ids(agent)
+        if self._lean(agent):
+            completion, logprobs = sample_completions(
+                self.agents[agent], ids, mask, num_samples, cfg.max_new_tokens, eos_ids, tok.pad_token_id,
+                temperature=None if greedy else cfg.temperature, top_k=cfg.top_k, top_p=cfg.top_p,
+                logprob_temperature=cfg.logprob_temperature)
+            return self._samples(agent, ids, mask, completion, logprobs, num_samples)
+        completion, sampled = self._hf_generate(agent, ids, mask, num_samples, greedy, eos_ids)
+        if sampled is None:  # beam search: read the ids
+            completion_mask = _completion_mask(completion, eos_ids, tok.pad_token_id, bool(cfg.stop_strings))
+        else:
+            positions = torch.arange(completion.shape[1], device=completion.device)
+            completion_mask = (positions < sampled[:, None].to(completion.device)).long()
+        return self._samples(agent, ids, mask, completion, None, num_samples, completion_mask)
+
+    def _encode(self, agent: int, prompts: list[str]) -> tuple[torch.Tensor, torch.Tensor]:
+        """Left-padded token ids and attention mask of `prompts` under agent `agent`'s tokenizer, on its device."""
+        tok, cfg = self.tokenizers[agent], self.settings
         if cfg.use_chat_template:
             texts = [tok.apply_chat_template([{"role": "user", "content": p}], tokenize=False, add_generation_prompt=True)
                      for p in prompts]
@@ -169,22 +218,20 @@ class RolloutEngine:
             truncation=cfg.max_prompt_length is not None,
             max_length=cfg.max_prompt_length,
         )
-        ids, mask = enc["input_ids"].to(model.device), enc["attention_mask"].to(model.device)
-        eos_ids = self._eos_ids(agent)
-        logprobs = None
-        if self._lean(agent):
-            completion, logprobs = sample_completions(
-                model, ids, mask, num_samples, cfg.max_new_tokens, eos_ids, tok.pad_token_id,
-                temperature=None if greedy else cfg.temperature, top_k=cfg.top_k, top_p=cfg.top_p,
-                logprob_temperature=cfg.logprob_temperature)
-            completion_mask = _completion_mask(completion, eos_ids, tok.pad_token_id, stop_strings=False)
-        else:
-            completion, sampled = self._hf_generate(agent, ids, mask, num_samples, greedy, eos_ids)
-            if sampled is None:  # beam search: read the ids
-                completion_mask = _completion_mask(completion, eos_ids, tok.pad_token_id, bool(cfg.stop_strings))
-            else:
-                positions = torch.arange(completion.shape[1], device=completion.device)
-                completion_mask = (positions < sampled[:, None].to(completion.device)).long()
+        device = self.agents[agent].device
+        return enc["input_ids"].to(device), enc["attention_mask"].to(device)
+
+    def _samples(self, agent: int, ids: torch.Tensor, mask: torch.Tensor, completion: torch.Tensor,
+                 logprobs: torch.Tensor | None, num_samples: int,
+                 completion_mask: torch.Tensor | None = None) -> SampleBatch:
+        """The `SampleBatch` of sampled `completion` ids (with their log-probs, when the sampling loop kept
+        them): the mask covers each row's tokens through its first EOS (or `completion_mask`, when given),
+        trailing columns no row reached are dropped, and the texts are decoded."""
+        tok = self.tokenizers[agent]
+        if completion_mask is None:
+            completion_mask = _completion_mask(completion, self._eos_ids(agent), tok.pad_token_id, stop_strings=False)
+        width = int(completion_mask.sum(1).max()) if completion_mask.numel() else 0
+        completion, completion_mask = completion[:, :width], completion_mask[:, :width]
         completion = completion.masked_fill(completion_mask == 0, tok.pad_token_id)
         lengths = completion_mask.sum(1).tolist()
         rows = completion.tolist()
@@ -195,8 +242,18 @@ class RolloutEngine:
             completion.cpu(),
             completion_mask.cpu(),
             texts_out,
-            None if logprobs is None else (logprobs * completion_mask).cpu(),
+            None if logprobs is None else (logprobs[:, :width] * completion_mask).cpu(),
         )
+
+    def _shared_base(self) -> Any:
+        """The PEFT model all agents are adapters of, when they can sample in one batch: `batch_adapters`,
+        two or more LoRA agents (`learners.lora.AdapterAgent`) on one base, one tokenizer, plain sampling."""
+        peft = {id(getattr(a, "peft", None)) for a in self.agents}
+        if (not self.settings.batch_adapters or len(self.agents) < 2 or len(peft) != 1
+                or not all(hasattr(a, "adapter_name") for a in self.agents)
+                or len({id(t) for t in self.tokenizers}) != 1 or not self._lean(0)):
+            return None
+        return self.agents[0].peft
 
     def _lean(self, agent: int) -> bool:
         """Plain sampling goes through `sample_completions`; user generate arguments and stop strings
@@ -281,10 +338,8 @@ class RolloutEngine:
         while nodes:
             states = [env.state() for env in nodes]  # joint text before acting (centralized critics)
             t0 = time.perf_counter()
-            batches = per_agent(
-                lambda a: self.generate(a, [obs[agent_ids[a]] for obs in observations], per_node, greedy),
-                A, self.concurrent,
-            )
+            batches = self.generate_turn([[obs[agent_ids[a]] for obs in observations] for a in range(A)], per_node,
+                                         greedy)
             timings["generate"] += time.perf_counter() - t0
             t0 = time.perf_counter()
             if joint_mode == "cross" and A > 1:

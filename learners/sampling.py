@@ -128,17 +128,24 @@ def sample_completions(
     top_k: int | None = None,
     top_p: float = 1.0,
     logprob_temperature: float = 1.0,
+    adapter_names: list[str] | None = None,
 ) -> tuple[torch.Tensor, torch.Tensor]:
     """Sample `num_samples` completions of each left-padded prompt (rows prompt-major: p * K + k).
 
     `temperature=None` decodes greedily. Returns `(ids, logprobs)`, both `(B * K, T)` with
     T <= max_new_tokens: sampled ids (pad after a row's EOS) and the log-prob of each sampled token
     under softmax(logits / logprob_temperature) (0 after EOS).
+
+    `adapter_names` (one per prompt) runs each prompt's rows through that LoRA adapter of a PEFT `model`
+    (PEFT's mixed-adapter batches): agents sharing one base sample in one batch, each with its own adapter.
     """
     cache_arg = _cache_argument(model)
+    routing = {} if adapter_names is None else {"adapter_names": list(adapter_names)}
     positions = (attention_mask.cumsum(1) - 1).clamp(min=0)
     out = model(input_ids=input_ids, attention_mask=attention_mask, position_ids=positions,
-                use_cache=True, logits_to_keep=1)
+                use_cache=True, logits_to_keep=1, **routing)
+    if adapter_names is not None:
+        routing = {"adapter_names": [name for name in adapter_names for _ in range(num_samples)]}
     cache = getattr(out, cache_arg)
     cache.batch_repeat_interleave(num_samples)  # the prompt's KV, once per sample
     logits = out.logits[:, -1].repeat_interleave(num_samples, 0)
@@ -163,6 +170,6 @@ def sample_completions(
         mask = torch.cat([mask, mask.new_ones(mask.shape[0], 1)], 1)
         position = position + 1
         out = model(input_ids=token[:, None], attention_mask=mask, position_ids=position, use_cache=True,
-                    **{cache_arg: cache})
+                    **{cache_arg: cache}, **routing)
         logits = out.logits[:, -1]
     return torch.stack(tokens, 1), torch.stack(logprobs, 1)

@@ -99,3 +99,65 @@ def test_each_agent_samples_with_its_own_adapter(tiny_dir):
         other = completion_logprobs(learner.agents[0], batch)
     assert torch.allclose(batch.logprobs, own, atol=1e-4)
     assert not torch.allclose(batch.logprobs, other, atol=1e-2)
+
+
+def _distinct_adapters(learner):
+    with torch.no_grad():  # LoRA B starts at zero: give each adapter its own weights
+        for i, agent in enumerate(learner.agents):
+            for p in agent.parameters():
+                p.add_(torch.randn(p.shape, generator=torch.Generator().manual_seed(i)) * 0.5)
+
+
+@pytest.mark.parametrize("num_agents", [2, 4])
+def test_agents_on_one_base_sample_in_one_batch_each_row_through_its_own_adapter(tiny_dir, num_agents):
+    from learners.losses import completion_logprobs
+
+    cfg = MAGRPOConfig(num_train_epochs=1, num_generations=3, max_new_tokens=6, temperature=1.0, top_p=1.0,
+                       eval_interval=0, verbose=False, peft_config=LORA)
+    learner = MAGRPO(agent_model=tiny_dir, num_agents=num_agents, reward_func=lambda *c: [0.0] * len(c[0]),
+                     train_dataset=data, args=cfg)
+    _distinct_adapters(learner)
+    engine = learner.engine
+    assert engine.shared_base is learner.agents[0].peft
+    rows = []  # batch rows of every forward of the shared base
+    hook = engine.shared_base.register_forward_pre_hook(
+        lambda module, args, kwargs: rows.append(kwargs["input_ids"].shape[0]), with_kwargs=True)
+    prompts = [["Question 0:", "Say a longer question here:"][: 1 + a % 2] for a in range(num_agents)]
+    torch.manual_seed(0)
+    batches = engine.generate_turn(prompts, 3)
+    hook.remove()
+    total = sum(len(p) for p in prompts)
+    assert rows[0] == total and set(rows[1:]) <= {3 * total}  # one prefill and one decode loop for ALL agents
+    for a, batch in enumerate(batches):
+        assert len(batch) == 3 * len(prompts[a])
+        with torch.no_grad():
+            own = completion_logprobs(learner.agents[a], batch, temperature=1.0)
+        assert torch.allclose(batch.logprobs, own, atol=1e-5)  # each row scored under its own adapter
+        with torch.no_grad():
+            other = completion_logprobs(learner.agents[(a + 1) % num_agents], batch, temperature=1.0)
+        assert not torch.allclose(batch.logprobs, other, atol=1e-2)
+    # Greedy: the batched rows are exactly what each agent decodes on its own.
+    together = engine.generate_turn(prompts, 1, greedy=True)
+    for a in range(num_agents):
+        alone = engine.generate(a, prompts[a], 1, greedy=True)
+        assert together[a].completions == alone.completions
+        assert torch.equal(together[a].completion_ids, alone.completion_ids)
+        assert torch.equal(together[a].prompt_ids, alone.prompt_ids)  # no padding left from other agents
+
+
+def test_batched_rollouts_leave_each_agents_update_its_own(tiny_dir):
+    """The update stays per agent: agent a's loss on a batched rollout moves only adapter a's gradients, and
+    equals the loss its own forward gives."""
+    from learners.losses import completion_logprobs
+
+    learner = build(tiny_dir)
+    _distinct_adapters(learner)
+    batches = learner.engine.generate_turn([["Question 0:", "Question 1:"]] * 3, 2)
+    for a, agent in enumerate(learner.agents):
+        for other in learner.agents:
+            other.zero_grad(set_to_none=True)
+        (-completion_logprobs(agent, batches[a]).sum()).backward()
+        for b, other in enumerate(learner.agents):
+            got = [p.grad is not None and bool(p.grad.abs().sum() > 0) for p in other.parameters()]
+            assert all(got) if b == a else not any(got)
+    assert build(tiny_dir, batch_adapters=False).engine.shared_base is None  # one call per agent, as before

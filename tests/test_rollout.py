@@ -157,7 +157,7 @@ class Scripted(RolloutEngine):
 
     def __init__(self):
         self.agents, self.tokenizers, self.settings = [None, None], [_PadOnly(), _PadOnly()], GenerationSettings()
-        self.concurrent = False
+        self.concurrent, self.shared_base = False, None
         self.prompts_seen: list[list[str]] = []
 
     def generate(self, agent, prompts, num_samples, greedy=False):
