@@ -13,6 +13,8 @@ $PY benchmarks/make_models.py
 ALL="--learner magrpo --learner iac --learner maac --learner marlhf"
 echo "## against comlrl 1.4.3 (2 agents)"
 $PY benchmarks/compare.py --model $W/tiny --model $W/qwen31m $ALL --repeats "${REPEATS:-3}"
+echo "## MAGRPO in the reference's own step structure (a rollout of 2 prompts, one step per rollout)"
+$PY benchmarks/compare.py --model $W/tiny --model $W/qwen31m --learner magrpo --structure reference --repeats "${REPEATS:-3}"
 if [ "${SKIP_135M:-0}" != 1 ]; then
     $PY benchmarks/compare.py --model $W/smollm2 $ALL --repeats "${REPEATS_135M:-1}"
 fi
@@ -22,6 +24,11 @@ echo "## our step over the bare floor (one batched generate + one batched forwar
 $PY benchmarks/floor.py --model $W/tiny
 $PY benchmarks/floor.py --model $W/qwen31m --repeats 2
 $PY -m pytest -q -m timing tests/test_bench_smoke.py   # the regression guard, on this quiet machine
+echo "## LoRA: N agents on one base, batched multi-adapter generation vs one agent after another"
+$PY benchmarks/adapters.py --model $W/qwen31m --repeats "${REPEATS:-3}"
+if [ "${SKIP_135M:-0}" != 1 ]; then
+    $PY benchmarks/adapters.py --model $W/smollm2 --repeats "${REPEATS_135M:-1}"
+fi
 echo "## LoRA: 4 agents sharing one base vs one fully fine-tuned agent (peak memory)"
 $PY benchmarks/lora_memory.py --model $W/qwen31m --agents 4
 if [ "${SKIP_135M:-0}" != 1 ]; then

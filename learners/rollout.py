@@ -38,12 +38,11 @@ from concurrent.futures import ThreadPoolExecutor
 from typing import Any, Sequence
 
 import torch
-from transformers import PreTrainedModel, PreTrainedTokenizerBase, StoppingCriteria, StoppingCriteriaList
-from transformers.generation.stopping_criteria import StopStringCriteria
+from transformers import PreTrainedModel, PreTrainedTokenizerBase, StoppingCriteriaList
 
 from comlrl_env.base import TextParallelEnv
 from learners.config import GenerationSettings
-from learners.sampling import sample_completions, supports_lean_sampling
+from learners.sampling import StopRecorder, mask_completions, sample_completions, supports_lean_sampling
 
 __all__ = [
     "GenerationSettings",
@@ -195,7 +194,7 @@ class RolloutEngine:
             return self._samples(agent, ids, mask, completion, logprobs, num_samples)
         completion, sampled = self._hf_generate(agent, ids, mask, num_samples, greedy, eos_ids)
         if sampled is None:  # beam search: read the ids
-            completion_mask = _completion_mask(completion, eos_ids, tok.pad_token_id, bool(cfg.stop_strings))
+            completion_mask = mask_completions(completion, eos_ids, tok.pad_token_id, bool(cfg.stop_strings))
         else:
             positions = torch.arange(completion.shape[1], device=completion.device)
             completion_mask = (positions < sampled[:, None].to(completion.device)).long()
@@ -229,7 +228,7 @@ class RolloutEngine:
         trailing columns no row reached are dropped, and the texts are decoded."""
         tok = self.tokenizers[agent]
         if completion_mask is None:
-            completion_mask = _completion_mask(completion, self._eos_ids(agent), tok.pad_token_id, stop_strings=False)
+            completion_mask = mask_completions(completion, self._eos_ids(agent), tok.pad_token_id, stop_strings=False)
         width = int(completion_mask.sum(1).max()) if completion_mask.numel() else 0
         completion, completion_mask = completion[:, :width], completion_mask[:, :width]
         completion = completion.masked_fill(completion_mask == 0, tok.pad_token_id)
@@ -266,10 +265,10 @@ class RolloutEngine:
         """`model.generate`'s new tokens `(S, T)`, and each row's number of sampled tokens `(S,)`.
 
         generate pads a row once it stops, with the pad id, which may also be a token the model can sample
-        (pad == EOS is common). So the lengths are recorded while generating: `_StopRecorder` applies the
+        (pad == EOS is common). So the lengths are recorded while generating: `StopRecorder` applies the
         EOS ids (the user's `eos_token_id` override included), the stop strings and the user's
         `stopping_criteria`, and notes the step at which each row stopped. Beam search reorders rows,
-        so it falls back to reading the ids (`_completion_mask`): lengths None.
+        so it falls back to reading the ids (`mask_completions`): lengths None.
         """
         model, tok, cfg = self.agents[agent], self.tokenizers[agent], self.settings
         if greedy:
@@ -290,7 +289,7 @@ class RolloutEngine:
                 kwargs.update(stop_strings=cfg.stop_strings, tokenizer=tok)
         else:
             eos = kwargs["eos_token_id"]
-            recorder = _StopRecorder(ids.shape[1], [eos] if isinstance(eos, int) else list(eos or []),
+            recorder = StopRecorder(ids.shape[1], [eos] if isinstance(eos, int) else list(eos or []),
                                      cfg.stop_strings, tok, kwargs.pop("stopping_criteria", None))
             kwargs["stopping_criteria"] = StoppingCriteriaList([recorder])
         with torch.no_grad():
@@ -478,52 +477,3 @@ def per_agent(fn: Any, num_agents: int, concurrent: bool) -> list[Any]:
         return [fn(a) for a in range(num_agents)]
     with ThreadPoolExecutor(max_workers=num_agents) as pool:
         return list(pool.map(fn, range(num_agents)))
-
-
-class _StopRecorder(StoppingCriteria):
-    """generate's stopping rule for a batch of rows, which also records when each row stopped.
-
-    A row stops at the first step whose token is an EOS id, completes a stop string, or makes a user
-    criterion fire; generate pads it from then on. `lengths(T)` gives the sampled tokens per row.
-    """
-
-    def __init__(self, prompt_width: int, eos_ids: list[int], stop_strings: list[str] | None,
-                 tokenizer: PreTrainedTokenizerBase, user_criteria: Sequence[Any] | None) -> None:
-        self.prompt_width = prompt_width
-        self.eos_ids = torch.tensor(eos_ids, dtype=torch.long)
-        self.stop = StopStringCriteria(tokenizer, stop_strings) if stop_strings else None
-        self.user = list(user_criteria or [])
-        self.stopped_at: torch.Tensor | None = None  # (S,) step of the stopping token, -1 while running
-
-    def __call__(self, input_ids: torch.Tensor, scores: torch.Tensor, **kwargs: Any) -> torch.Tensor:
-        step = input_ids.shape[1] - self.prompt_width - 1
-        done = torch.isin(input_ids[:, -1], self.eos_ids.to(input_ids.device))
-        if self.stop is not None:
-            done = done | self.stop(input_ids, scores)
-        for criterion in self.user:
-            done = done | criterion(input_ids, scores, **kwargs)
-        if self.stopped_at is None:
-            self.stopped_at = torch.full_like(done, -1, dtype=torch.long)
-        self.stopped_at = torch.where(done & (self.stopped_at < 0), step, self.stopped_at)
-        return done
-
-    def lengths(self, width: int) -> torch.Tensor:
-        """Sampled tokens per row: through the stopping token, or all `width` for rows that never stopped."""
-        if self.stopped_at is None:
-            raise RuntimeError("generate did not call the stopping criteria.")
-        return torch.where(self.stopped_at >= 0, self.stopped_at + 1, width).clamp(max=width)
-
-
-def _completion_mask(completion: torch.Tensor, eos_ids: list[int], pad_id: int, stop_strings: bool) -> torch.Tensor:
-    """1 on tokens up to and including the first EOS; with stop strings, up to the last non-pad token."""
-    T = completion.shape[1]
-    positions = torch.arange(T, device=completion.device)
-    is_eos = torch.isin(completion, torch.tensor(eos_ids, device=completion.device)) if eos_ids else torch.zeros_like(completion, dtype=torch.bool)
-    has_eos = is_eos.any(1)
-    end = torch.where(has_eos, is_eos.int().argmax(1), torch.full_like(has_eos, T - 1, dtype=torch.long))
-    if stop_strings and pad_id not in eos_ids:
-        # A sequence stopped by a stop string is padded afterwards without an EOS.
-        non_pad = completion != pad_id
-        last = T - 1 - non_pad.flip(1).int().argmax(1)
-        end = torch.where(has_eos, end, torch.where(non_pad.any(1), last, torch.full_like(last, -1)))
-    return (positions[None, :] <= end[:, None]).long()

@@ -25,19 +25,24 @@ EOS id; later positions hold the pad id and log-prob 0.
 
 The rollout engine uses this loop when generation is plain sampling (no user
 `generation_kwargs`, no stop strings, no logits processors in the model's
-generation config) and falls back to `model.generate` otherwise.
+generation config) and falls back to `model.generate` otherwise; `StopRecorder`
+records where `generate` stopped each row, and `mask_completions` marks a
+completion's tokens through its first EOS when only the ids are known.
 """
 
 from __future__ import annotations
 
 import inspect
+from typing import Any, Sequence
 
 import torch
-from transformers import GenerationConfig
+from transformers import GenerationConfig, PreTrainedTokenizerBase, StoppingCriteria
+from transformers.generation.stopping_criteria import StopStringCriteria
 
 from learners.losses import token_logprobs
 
-__all__ = ["draw_tokens", "filtered_probs", "sample_completions", "sample_tokens", "supports_lean_sampling"]
+__all__ = ["StopRecorder", "draw_tokens", "filtered_probs", "mask_completions", "sample_completions", "sample_tokens",
+           "supports_lean_sampling"]
 
 # Generation-config fields that add a logits processor when they differ from the defaults.
 _PROCESSOR_FIELDS = (
@@ -173,3 +178,52 @@ def sample_completions(
                     **{cache_arg: cache}, **routing)
         logits = out.logits[:, -1]
     return torch.stack(tokens, 1), torch.stack(logprobs, 1)
+
+
+class StopRecorder(StoppingCriteria):
+    """generate's stopping rule for a batch of rows, which also records when each row stopped.
+
+    A row stops at the first step whose token is an EOS id, completes a stop string, or makes a user
+    criterion fire; generate pads it from then on. `lengths(T)` gives the sampled tokens per row.
+    """
+
+    def __init__(self, prompt_width: int, eos_ids: list[int], stop_strings: list[str] | None,
+                 tokenizer: PreTrainedTokenizerBase, user_criteria: Sequence[Any] | None) -> None:
+        self.prompt_width = prompt_width
+        self.eos_ids = torch.tensor(eos_ids, dtype=torch.long)
+        self.stop = StopStringCriteria(tokenizer, stop_strings) if stop_strings else None
+        self.user = list(user_criteria or [])
+        self.stopped_at: torch.Tensor | None = None  # (S,) step of the stopping token, -1 while running
+
+    def __call__(self, input_ids: torch.Tensor, scores: torch.Tensor, **kwargs: Any) -> torch.Tensor:
+        step = input_ids.shape[1] - self.prompt_width - 1
+        done = torch.isin(input_ids[:, -1], self.eos_ids.to(input_ids.device))
+        if self.stop is not None:
+            done = done | self.stop(input_ids, scores)
+        for criterion in self.user:
+            done = done | criterion(input_ids, scores, **kwargs)
+        if self.stopped_at is None:
+            self.stopped_at = torch.full_like(done, -1, dtype=torch.long)
+        self.stopped_at = torch.where(done & (self.stopped_at < 0), step, self.stopped_at)
+        return done
+
+    def lengths(self, width: int) -> torch.Tensor:
+        """Sampled tokens per row: through the stopping token, or all `width` for rows that never stopped."""
+        if self.stopped_at is None:
+            raise RuntimeError("generate did not call the stopping criteria.")
+        return torch.where(self.stopped_at >= 0, self.stopped_at + 1, width).clamp(max=width)
+
+
+def mask_completions(completion: torch.Tensor, eos_ids: list[int], pad_id: int, stop_strings: bool) -> torch.Tensor:
+    """1 on tokens up to and including the first EOS; with stop strings, up to the last non-pad token."""
+    T = completion.shape[1]
+    positions = torch.arange(T, device=completion.device)
+    is_eos = torch.isin(completion, torch.tensor(eos_ids, device=completion.device)) if eos_ids else torch.zeros_like(completion, dtype=torch.bool)
+    has_eos = is_eos.any(1)
+    end = torch.where(has_eos, is_eos.int().argmax(1), torch.full_like(has_eos, T - 1, dtype=torch.long))
+    if stop_strings and pad_id not in eos_ids:
+        # A sequence stopped by a stop string is padded afterwards without an EOS.
+        non_pad = completion != pad_id
+        last = T - 1 - non_pad.flip(1).int().argmax(1)
+        end = torch.where(has_eos, end, torch.where(non_pad.any(1), last, torch.full_like(last, -1)))
+    return (positions[None, :] <= end[:, None]).long()

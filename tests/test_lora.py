@@ -161,3 +161,15 @@ def test_batched_rollouts_leave_each_agents_update_its_own(tiny_dir):
             got = [p.grad is not None and bool(p.grad.abs().sum() > 0) for p in other.parameters()]
             assert all(got) if b == a else not any(got)
     assert build(tiny_dir, batch_adapters=False).engine.shared_base is None  # one call per agent, as before
+    # And agent a's gradient equals that of the same adapter alone on its own copy of the base.
+    alone = MAGRPO(agent_model=tiny_dir, num_agents=1, reward_func=lambda a: [0.0] * len(a), train_dataset=data,
+                   args=MAGRPOConfig(num_generations=2, eval_interval=0, verbose=False, peft_config=LORA))
+    agent = learner.agents[2]
+    with torch.no_grad():
+        for mine, theirs in zip(agent.parameters(), alone.agents[0].parameters()):
+            theirs.copy_(mine)
+    for model in (agent, alone.agents[0]):
+        model.zero_grad(set_to_none=True)
+        (-completion_logprobs(model, batches[2]).sum()).backward()
+    for mine, theirs in zip(agent.parameters(), alone.agents[0].parameters()):
+        assert torch.allclose(mine.grad, theirs.grad, rtol=1e-5, atol=1e-7)

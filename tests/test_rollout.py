@@ -10,13 +10,9 @@ from transformers import AutoModelForCausalLM, AutoTokenizer
 
 from comlrl_env import TextParallelEnv
 from learners.agents import prepare_tokenizer
-from learners.rollout import (
-    GenerationSettings,
-    RolloutEngine,
-    SampleBatch,
-    _completion_mask,
-)
+from learners.rollout import GenerationSettings, RolloutEngine, SampleBatch
 from learners.losses import completion_logprobs
+from learners.sampling import mask_completions
 
 
 def load(path: str):
@@ -37,20 +33,20 @@ def test_mask_scores_tokens_up_to_and_including_the_first_eos():
         [5, 6, 7, 8, 9],  # no EOS: ran to max_new_tokens, all scored
         [eos, pad, pad, pad, pad],  # immediate EOS: one scored token
     ])
-    mask = _completion_mask(completion, [eos], pad, stop_strings=False)
+    mask = mask_completions(completion, [eos], pad, stop_strings=False)
     assert mask.tolist() == [[1, 1, 1, 0, 0], [1, 1, 0, 0, 0], [1, 1, 1, 1, 1], [1, 0, 0, 0, 0]]
 
 
 def test_mask_when_pad_equals_eos():
     eos = pad = 2
     completion = torch.tensor([[5, eos, eos, eos], [5, 6, 7, 8]])
-    assert _completion_mask(completion, [eos], pad, False).tolist() == [[1, 1, 0, 0], [1, 1, 1, 1]]
+    assert mask_completions(completion, [eos], pad, False).tolist() == [[1, 1, 0, 0], [1, 1, 1, 1]]
 
 
 def test_mask_with_stop_strings_ends_at_the_last_sampled_token():
     eos, pad = 2, 0
     completion = torch.tensor([[5, 6, pad, pad], [5, 6, 7, eos], [5, 6, 7, 8]])
-    assert _completion_mask(completion, [eos], pad, True).tolist() == [[1, 1, 0, 0], [1, 1, 1, 1], [1, 1, 1, 1]]
+    assert mask_completions(completion, [eos], pad, True).tolist() == [[1, 1, 0, 0], [1, 1, 1, 1], [1, 1, 1, 1]]
 
 
 # ----- real generation: exact ids and log-probs ----------------------------------------------
