@@ -9,9 +9,10 @@ says so. Each learner's config extends `LearnerConfig` with its own fields (`MAG
 from __future__ import annotations
 
 import dataclasses
+import difflib
 from typing import Any, Iterable
 
-__all__ = ["ALIASES", "GenerationSettings", "LearnerConfig", "canonicalize", "check_positive"]
+__all__ = ["ALIASES", "GenerationSettings", "LearnerConfig", "OTHER_NAMES", "canonicalize", "check_positive"]
 
 ALIASES: dict[str, dict[Any, str]] = {
     "joint_mode": {"align": "aligned"},
@@ -29,6 +30,53 @@ ALIASES: dict[str, dict[Any, str]] = {
 }
 """Legacy spellings (the reference library's and the seed system's) of mode values, by field. Configs
 replace them by the canonical value in `__post_init__`; the rest of the library sees canonical names only."""
+
+
+OTHER_NAMES: dict[str, str] = {
+    "learning_rate": "agent_learning_rate",
+    "per_device_train_batch_size": "train_batch_size",
+    "per_device_eval_batch_size": "eval_batch_size",
+    "max_completion_length": "max_new_tokens",
+    "beta": "reference_kl_coef",
+    "epsilon": "clip_range",
+    "cliprange": "clip_range",
+    "num_iterations": "ppo_epochs",
+    "scale_rewards": "advantage_normalization",
+    "eval_steps": "eval_interval",
+    "bf16": "mixed_precision",
+    "lr_scheduler": "lr_scheduler_type",
+    "n_epochs": "ppo_epochs",
+    "gamma": "discount",
+    "gae_lambda": "gae_lambda",
+    "vf_coef": "value_loss_coef",
+    "clip_range_vf": "value_clip_range",
+}
+"""Field names of TRL's and Stable-Baselines3's configs, and the field that means the same here (where the
+meaning differs, the error says so through the field's docstring). Used only to suggest a fix."""
+
+
+class ConfigMeta(type):
+    """Metaclass of the learner configs: an unknown field fails before any work with the name, the fix
+    ("did you mean ...?", TRL's and Stable-Baselines3's names included) and the class's fields."""
+
+    def __call__(cls, *args: Any, **kwargs: Any) -> Any:
+        known = {f.name for f in dataclasses.fields(cls)} | set(getattr(cls, "flat_fields", ()))
+        for name in kwargs:
+            if name not in known:
+                raise TypeError(_unknown_field_message(cls, name, known))
+        return super().__call__(*args, **kwargs)
+
+
+def _unknown_field_message(cls: type, name: str, known: set[str]) -> str:
+    other = OTHER_NAMES.get(name)
+    if other in known:
+        hint = f"did you mean {other!r}? ({name!r} is TRL's or Stable-Baselines3's name for it)"
+    elif name == "report_to":
+        hint = "logging goes to metrics.jsonl (output_dir) and, with the learner's wandb_config=..., to wandb"
+    else:
+        close = difflib.get_close_matches(name, sorted(known), n=3, cutoff=0.6)
+        hint = f"did you mean {' or '.join(map(repr, close))}?" if close else "see docs/config.md for every field"
+    return f"{cls.__name__} has no field {name!r}: {hint}"
 
 
 def canonicalize(cfg: Any, name: str, choices: Iterable[Any]) -> None:
@@ -54,7 +102,7 @@ def check_positive(cfg: Any, *names: str, allow_none: bool = False) -> None:
 
 
 @dataclasses.dataclass
-class LearnerConfig:
+class LearnerConfig(metaclass=ConfigMeta):
     """Fields every learner config shares (the reference library's names and meanings), in sections."""
 
     # ----- run length and data order -----

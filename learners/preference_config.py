@@ -53,6 +53,8 @@ def _accepts_backend_fields(cls: type) -> type:
 class MARLHFConfig(LearnerConfig):
     """MARLHF settings: the shared learner fields, the policy learner's config, and the preference fields."""
 
+    flat_fields = BACKEND_FIELDS  # the policy learners' own fields, accepted flat (the reference's spelling)
+
     rl_algorithm: str = "magrpo"
     """Policy learner: magrpo, mareinforce (raw), maremax (max), marloo (rloo), iac or maac."""
     policy_args: MAGRPOConfig | IACConfig | MAACConfig | None = None

@@ -32,3 +32,32 @@ def documented_fields(cls: type) -> set[str]:
 def test_every_config_field_has_a_docstring(config):
     missing = [f.name for f in dataclasses.fields(config) if f.name not in documented_fields(config)]
     assert not missing, f"{config.__name__} fields without a docstring: {missing}"
+
+
+@pytest.mark.parametrize("config, field, hint", [
+    (MAGRPOConfig, "learning_rate", "did you mean 'agent_learning_rate'? ('learning_rate' is TRL's"),
+    (MAGRPOConfig, "per_device_train_batch_size", "did you mean 'train_batch_size'?"),
+    (MAGRPOConfig, "max_completion_length", "did you mean 'max_new_tokens'?"),
+    (MAGRPOConfig, "beta", "did you mean 'reference_kl_coef'?"),
+    (IACConfig, "vf_coef", "did you mean 'value_loss_coef'?"),
+    (MAGRPOConfig, "num_generation", "did you mean 'num_generations'"),
+    (MARLHFConfig, "reward_lr", "did you mean 'reward_learning_rate'"),
+    (MAGRPOConfig, "report_to", "metrics.jsonl"),
+])
+def test_an_unknown_field_names_itself_and_the_fix(config, field, hint):
+    """A TRL user's `learning_rate=` used to fail with a bare "unexpected keyword argument"."""
+    with pytest.raises(TypeError, match=f"{config.__name__} has no field '{field}': ") as info:
+        config(**{field: 1})
+    assert hint in str(info.value)
+
+
+def test_the_configuration_reference_is_current():
+    """docs/config.md is generated from the field docstrings; regenerate it with `python docs/config_md.py`."""
+    import importlib.util
+    import pathlib
+
+    path = pathlib.Path(__file__).parent.parent / "docs" / "config_md.py"
+    spec = importlib.util.spec_from_file_location("config_md", path)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    assert module.TARGET.read_text(encoding="utf-8") == module.render(), "run: python docs/config_md.py"
