@@ -2,9 +2,9 @@
 
 from __future__ import annotations
 
-import ast
 import dataclasses
-import inspect
+import importlib.util
+import pathlib
 
 import pytest
 
@@ -14,18 +14,21 @@ from learners.preference import MARLHFConfig, MARLHFIterConfig
 from learners.reinforce import MAGRPOConfig
 
 
+def _config_md():
+    """docs/config_md.py, which reads the field docstrings and renders docs/config.md."""
+    path = pathlib.Path(__file__).parent.parent / "docs" / "config_md.py"
+    spec = importlib.util.spec_from_file_location("config_md", path)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+CONFIG_MD = _config_md()
+
+
 def documented_fields(cls: type) -> set[str]:
     """Names of the fields with a string right under their annotation, in `cls` or any dataclass it extends."""
-    names = set()
-    for klass in cls.__mro__:
-        if not dataclasses.is_dataclass(klass):
-            continue
-        body = ast.parse(inspect.getsource(klass)).body[0].body
-        for node, after in zip(body, body[1:]):
-            if (isinstance(node, ast.AnnAssign) and isinstance(after, ast.Expr)
-                    and isinstance(after.value, ast.Constant) and isinstance(after.value.value, str)):
-                names.add(node.target.id)
-    return names
+    return set(CONFIG_MD.field_docs(cls))
 
 
 @pytest.mark.parametrize("config", [LearnerConfig, MAGRPOConfig, IACConfig, MAACConfig, MARLHFConfig, MARLHFIterConfig])
@@ -53,11 +56,4 @@ def test_an_unknown_field_names_itself_and_the_fix(config, field, hint):
 
 def test_the_configuration_reference_is_current():
     """docs/config.md is generated from the field docstrings; regenerate it with `python docs/config_md.py`."""
-    import importlib.util
-    import pathlib
-
-    path = pathlib.Path(__file__).parent.parent / "docs" / "config_md.py"
-    spec = importlib.util.spec_from_file_location("config_md", path)
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    assert module.TARGET.read_text(encoding="utf-8") == module.render(), "run: python docs/config_md.py"
+    assert CONFIG_MD.TARGET.read_text(encoding="utf-8") == CONFIG_MD.render(), "run: python docs/config_md.py"
