@@ -16,14 +16,16 @@ to each tokenizer; embeddings are resized when the vocabulary grows).
 
 from __future__ import annotations
 
+import contextlib
 import os
-from typing import Any, Sequence
+from typing import Any, Iterator, Sequence
 
 import torch
 from transformers import AutoModelForCausalLM, AutoTokenizer, PreTrainedModel, PreTrainedTokenizerBase
 
-__all__ = ["agent_count", "convert_gguf", "enable_gradient_checkpointing", "load_agents", "load_causal_lm", "model_name",
-           "prepare_tokenizer", "resolve_devices", "save_pretrained_with_head"]
+__all__ = ["agent_count", "check_model_path", "convert_gguf", "enable_gradient_checkpointing", "hub_progress_hidden",
+           "load_agents", "load_causal_lm", "model_name", "prepare_tokenizer", "resolve_devices",
+           "save_pretrained_with_head"]
 
 _MODEL_CONFIG_KEYS = {"dtype", "torch_dtype", "attn_implementation", "model_kwargs", "special_tokens",
                       "critic_model_kwargs", "critic_value_head_hidden_dim"}
@@ -90,6 +92,8 @@ def resolve_sources(
                     f"{kind}_model={expected!r} conflicts with {plural}={names!r}: when both are given every name "
                     f"must match. Pass only {plural} for heterogeneous {plural}."
                 )
+        for m in models:
+            check_model_path(m)
         return models
     if isinstance(model, (list, tuple)):
         raise TypeError(f"{kind}_model must be one id, dir or model; pass a list as {plural}=.")
@@ -99,7 +103,35 @@ def resolve_sources(
             f"{kind}_model is a loaded model object but num_{plural}={n}: pass a model id or dir to load "
             f"independent copies, or {plural}=[model] * {n} to share its parameters."
         )
+    check_model_path(model)
     return [model] * n
+
+
+def check_model_path(source: Any) -> None:
+    """Refuse a source that can only be a local path (absolute, relative with ./ or ~, a PathLike, or more
+    than one "/") but is not a folder: Hugging Face would answer with a repo-id format error."""
+    if not isinstance(source, (str, os.PathLike)) or os.path.isdir(os.path.expanduser(os.fspath(source))):
+        return
+    text = os.fspath(source)
+    looks_local = (isinstance(source, os.PathLike) or text.startswith(("/", ".", "~")) or text.count("/") > 1
+                   or os.sep != "/" and os.sep in text)
+    if looks_local or os.path.exists(text):
+        raise ValueError(f"no model at {text!r}: it is not a folder (a saved model is a folder with config.json; "
+                         "a Hugging Face id looks like 'org/name').")
+
+
+@contextlib.contextmanager
+def hub_progress_hidden() -> Iterator[None]:
+    """Hide Hugging Face's load and save progress bars inside the block (restored after): a run prints its own."""
+    from transformers.utils import logging as hf_logging
+
+    shown = hf_logging.is_progress_bar_enabled()
+    hf_logging.disable_progress_bar()
+    try:
+        yield
+    finally:
+        if shown:
+            hf_logging.enable_progress_bar()
 
 
 def resolve_tokenizers(sources: list[Any], tokenizer: Any) -> list[PreTrainedTokenizerBase]:
@@ -149,7 +181,8 @@ def load_causal_lm(source: Any, model_config: dict[str, Any], kwargs_key: str = 
     if "attn_implementation" in model_config:
         kwargs.setdefault("attn_implementation", model_config["attn_implementation"])
     try:
-        return AutoModelForCausalLM.from_pretrained(os.fspath(source), **kwargs)
+        with hub_progress_hidden():
+            return AutoModelForCausalLM.from_pretrained(os.fspath(source), **kwargs)
     except OSError as exc:
         raise ValueError(f"could not load a causal LM from {os.fspath(source)!r}: {exc}") from exc
 
@@ -250,11 +283,12 @@ def enable_gradient_checkpointing(model: torch.nn.Module) -> None:
 def save_pretrained_with_head(model: torch.nn.Module, path: str, tokenizer: Any = None) -> None:
     """`save_pretrained` the backbone (loadable by the Auto classes); a `value_head` goes to `value_head.pt`."""
     head = getattr(model, "value_head", None)
-    if head is None:
-        model.save_pretrained(path)
-    else:
-        state = {k: v for k, v in model.state_dict().items() if not k.startswith("value_head.")}
-        model.save_pretrained(path, state_dict=state)
-        torch.save(head.state_dict(), os.path.join(path, "value_head.pt"))
+    with hub_progress_hidden():
+        if head is None:
+            model.save_pretrained(path)
+        else:
+            state = {k: v for k, v in model.state_dict().items() if not k.startswith("value_head.")}
+            model.save_pretrained(path, state_dict=state)
+            torch.save(head.state_dict(), os.path.join(path, "value_head.pt"))
     if tokenizer is not None:
         tokenizer.save_pretrained(path)

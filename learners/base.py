@@ -26,6 +26,7 @@ import json
 import math
 import os
 import uuid
+import warnings
 from typing import Any, Callable, Sequence
 
 import torch
@@ -50,6 +51,8 @@ from learners.state import StateHooks, TrainingState, config_defaults, find_stat
 __all__ = ["Learner", "LearnerConfig"]
 
 LIBRARY_VERSION = comlrl_env.__version__
+NO_SIGNAL_ROLLOUTS = 5
+"""Rollouts in a row without any reward spread in a group before `learn()` warns that nothing is learned."""
 
 
 class Learner(abc.ABC):
@@ -151,9 +154,10 @@ class Learner(abc.ABC):
         self.epoch = 0
         self.batch_in_epoch = 0
         self.rollouts_done = 0
+        self.flat_rollouts = 0  # rollouts in a row in which no group's returns differed
         main = self.dist.is_main  # only rank 0 writes files, opens wandb and shows a bar
         self.logger = RunLogger(cfg.output_dir if main else None, wandb_config if main else None,
-                                self._run_config(), cfg.verbose and main)
+                                self._run_config(), cfg.verbose and main, run_id=self.run_id)
 
     # ----- what a learner writes -------------------------------------------------
 
@@ -224,6 +228,7 @@ class Learner(abc.ABC):
                     logged = metrics if self.rollouts_done % cfg.logging_steps == 0 else {}
                     self.logger.log(logged, self.env_steps, advance=1)
                     last = metrics
+                    self._warn_if_no_signal(metrics)
                     self._callback("on_step_end", metrics)
                     if cfg.eval_interval and self.rollouts_done % cfg.eval_interval == 0:
                         last = self.evaluate()
@@ -238,6 +243,18 @@ class Learner(abc.ABC):
         finally:
             self.logger.close()
         return last
+
+    def _warn_if_no_signal(self, metrics: dict[str, float]) -> None:
+        """Warn once when every group's samples scored the same for `NO_SIGNAL_ROLLOUTS` rollouts in a row:
+        their advantages are all 0 and the agents do not learn (a sparse reward that nothing reaches yet)."""
+        flat = metrics.get("train/frac_reward_zero_std") == 1.0
+        self.flat_rollouts = self.flat_rollouts + 1 if flat else 0
+        if self.flat_rollouts == NO_SIGNAL_ROLLOUTS:
+            warnings.warn(
+                f"for {NO_SIGNAL_ROLLOUTS} rollouts in a row every group's samples got the same return, so every "
+                "advantage was 0 and nothing was learned (metric train/frac_reward_zero_std = 1). A sparse reward "
+                "the agents never reach gives no signal: use a denser reward, more num_generations, or a higher "
+                "temperature.", stacklevel=3)
 
     def train(self, *args: Any, **kwargs: Any) -> dict[str, float]:
         """Alias of `learn()` (the seed system's name)."""
@@ -365,6 +382,7 @@ class Learner(abc.ABC):
         self.epoch, self.batch_in_epoch = progress["epoch"], progress["batch_in_epoch"]
         self.rollouts_done, self.env_steps = progress["rollouts_done"], progress["env_steps"]
         self.run_id, self.checkpoint_sequence = restored["run_id"], restored["sequence"]
+        self.logger.run_id = self.run_id
         self.wandb_identity = restored["wandb"]
         return progress
 
@@ -468,4 +486,7 @@ class Learner(abc.ABC):
                 fn(self, *args)
 
     def _run_config(self) -> dict[str, Any]:
-        return {"learner": type(self).__name__, "num_agents": self.num_agents, **dataclasses.asdict(self.args)}
+        """What the run logs as its settings: the config, plus the env's own turn count (which a registered
+        env sets itself, whatever `num_turns` the config holds)."""
+        return {"learner": type(self).__name__, "num_agents": self.num_agents, **dataclasses.asdict(self.args),
+                "env_num_turns": self.env.num_turns}

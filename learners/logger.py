@@ -1,4 +1,7 @@
-"""Run logging: a tqdm progress bar with the live reward, a JSONL metrics file, and wandb.
+"""Run logging: a tqdm progress bar with the live reward, loss and KL, a JSONL metrics file, and wandb.
+
+Every JSONL row carries the run's `run_id` and `step` (joint actions played so far), so runs that append to
+one `output_dir/metrics.jsonl` (a second run, or a resume, which keeps its run id) stay apart.
 
 `wandb.init` happens in `RunLogger.start()` (called by `learn()`), never when a
 learner is built, so constructing a learner opens no run. `wandb_config`
@@ -40,6 +43,7 @@ class RunLogger:
         wandb_config: dict[str, Any] | None,
         run_config: dict[str, Any],
         verbose: bool = True,
+        run_id: str | None = None,
     ) -> None:
         if wandb_config is not None:
             if not isinstance(wandb_config, dict):
@@ -51,6 +55,7 @@ class RunLogger:
         self.wandb_config = wandb_config
         self.run_config = run_config
         self.verbose = verbose
+        self.run_id = run_id  # on every JSONL row: runs appending to one output_dir stay apart
         self.run: Any = None
         self._bar: Any = None
         self._file: Any = None
@@ -100,13 +105,13 @@ class RunLogger:
         """Record one metrics dict at `step` (env steps) and move the bar by `advance`."""
         clean = {k: float(v) for k, v in metrics.items() if v is not None and math.isfinite(float(v))}
         if self._file is not None:
-            self._file.write(json.dumps({"step": step, **clean}) + "\n")
+            self._file.write(json.dumps({"run_id": self.run_id, "step": step, **clean}) + "\n")
             self._file.flush()
         if self.run is not None:
             self.run.log(clean, step=step)
         if self._bar is not None:
             if "train/reward_mean" in clean:
-                self._bar.set_postfix(reward=f"{clean['train/reward_mean']:.3f}", refresh=False)
+                self._bar.set_postfix(_bar_summary(clean), refresh=False)
             self._bar.update(advance)
 
     def close(self) -> None:
@@ -120,3 +125,13 @@ class RunLogger:
         if self.run is not None:
             self.run.finish()
             self.run = None
+
+
+def _bar_summary(metrics: dict[str, float]) -> dict[str, str]:
+    """The progress bar's live figures: the reward, and the agents' mean loss and approximate KL."""
+    out = {"reward": f"{metrics['train/reward_mean']:.3f}"}
+    for label, suffix in (("loss", "/loss"), ("kl", "/approx_kl")):
+        values = [v for k, v in metrics.items() if k.startswith("train/agent_") and k.endswith(suffix)]
+        if values:
+            out[label] = f"{sum(values) / len(values):.3g}"
+    return out

@@ -12,7 +12,7 @@ import torch
 
 from learners.rollout import Rollout
 
-__all__ = ["MeanMetrics", "rollout_metrics"]
+__all__ = ["MeanMetrics", "rollout_metrics", "zero_std_fraction"]
 
 
 class MeanMetrics:
@@ -38,6 +38,9 @@ class MeanMetrics:
 def rollout_metrics(rollout: Rollout, advantages: torch.Tensor, kl: torch.Tensor | None = None) -> dict[str, float]:
     """Reward, return, advantage, length, KL and throughput metrics of one rollout."""
     m: dict[str, float] = {"train/reward_mean": float(rollout.episode_returns.mean())}
+    flat = zero_std_fraction(rollout.returns, rollout.group)
+    if flat is not None:
+        m["train/frac_reward_zero_std"] = flat
     if rollout.task_episode_returns is not None:
         m["train/task_reward_mean"] = float(rollout.task_episode_returns.mean())
     A = rollout.rewards.shape[0]
@@ -61,3 +64,19 @@ def rollout_metrics(rollout: Rollout, advantages: torch.Tensor, kl: torch.Tensor
     m["perf/seconds_env"] = rollout.timings["env"]
     m["perf/tokens_per_second"] = tokens / max(rollout.timings["generate"], 1e-9)
     return m
+
+
+def zero_std_fraction(returns: torch.Tensor, group: torch.Tensor) -> float | None:
+    """The share of (agent, group) pairs, among groups of two or more samples, whose returns are all equal:
+    their group-relative advantages are 0, so they teach nothing. `returns` `(A, S)`, `group` `(S,)`.
+    None when no group has two samples. Example: groups [0, 0, 1, 1], returns [[1, 1, 0, 1]] -> 0.5."""
+    _, index = torch.unique(group, return_inverse=True)
+    G = int(index.max()) + 1 if index.numel() else 0
+    sizes = torch.bincount(index, minlength=G)
+    if not bool((sizes > 1).any()):
+        return None
+    R = returns.float()
+    spread = (torch.full((R.shape[0], G), float("-inf")).scatter_reduce(1, index.expand_as(R), R, "amax")
+              - torch.full((R.shape[0], G), float("inf")).scatter_reduce(1, index.expand_as(R), R, "amin"))
+    flat = (spread == 0)[:, sizes > 1]
+    return float(flat.float().mean())

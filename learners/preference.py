@@ -35,7 +35,7 @@ from typing import Any, Sequence
 import torch
 
 from learners.actor_critic import IAC, MAAC
-from learners.agents import load_causal_lm, model_name
+from learners.agents import hub_progress_hidden, load_causal_lm, model_name
 from learners.base import Learner
 from learners.checkpoint_manager import CheckpointManager
 from learners.data import reset_roots
@@ -228,13 +228,17 @@ class MARLHF:
     def _restore(self, path: str) -> None:
         """Rebuild the frozen reward model a checkpoint holds, then load everything (weights, pairs, counters)."""
         if os.path.isfile(os.path.join(os.path.expanduser(path), "models", "reward_model.safetensors")):
-            self.reward_model = RewardModel.from_pretrained(
-                self.reward_model_source, device=self.reward_device, freeze_backbone=self.args.reward_freeze_backbone,
-                max_length=self.args.reward_max_length,
-            ).eval().requires_grad_(False)
+            self.reward_model = self.load_reward_model().eval().requires_grad_(False)
         self.policy.load_checkpoint(path)
         phase_end = self.args.num_train_epochs * (self.policy_phases + 1)
         self.policy.args.num_train_epochs = max(self.policy.epoch, phase_end)
+
+    def load_reward_model(self) -> RewardModel:
+        """A fresh reward model from `reward_model_name` (backbone + a new scalar head) on its device."""
+        with hub_progress_hidden():
+            return RewardModel.from_pretrained(self.reward_model_source, device=self.reward_device,
+                                               freeze_backbone=self.args.reward_freeze_backbone,
+                                               max_length=self.args.reward_max_length)
 
     def train(self, **kwargs: Any) -> dict[str, float]:
         """Alias of `learn()`."""
@@ -248,7 +252,8 @@ class MARLHF:
         """The policy learner's export plus `reward_model/` (backbone + `reward_head.pt`)."""
         self.policy.save_model(output_dir)
         if self.reward_model is not None:
-            self.reward_model.save_pretrained(os.path.join(output_dir, "reward_model"))
+            with hub_progress_hidden():
+                self.reward_model.save_pretrained(os.path.join(output_dir, "reward_model"))
 
     # ----- one preference stage ---------------------------------------------------------------------
 
@@ -269,10 +274,7 @@ class MARLHF:
                    "preference/total_pairs": float(sum(len(s) for s in self.shards)),
                    "preference/stage_without_pairs": float(not training_pairs)}
         if training_pairs:
-            self.reward_model = RewardModel.from_pretrained(
-                self.reward_model_source, device=self.reward_device, freeze_backbone=cfg.reward_freeze_backbone,
-                max_length=cfg.reward_max_length,
-            )
+            self.reward_model = self.load_reward_model()
             metrics.update(self.train_reward_model(training_pairs))
             self.reward_model.eval().requires_grad_(False)
             if cfg.reward_normalization:

@@ -1,0 +1,70 @@
+"""What a run prints and writes: one run id per run in metrics.jsonl, no Hugging Face progress bars, a
+progress bar with reward, loss and KL, and clear errors for a missing model folder."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+from datasets import Dataset
+
+from learners import MAGRPO, MAGRPOConfig
+from learners.logger import RunLogger
+
+data = Dataset.from_list([{"prompt": f"Question {i}:"} for i in range(2)])
+FAST = dict(num_train_epochs=1, num_generations=2, max_new_tokens=4, temperature=1.0, top_p=1.0, top_k=None,
+            eval_interval=0, verbose=False)
+
+
+def spaces(a, b):
+    return [sum(ch.isspace() for ch in x + y) / max(len(x + y), 1) for x, y in zip(a, b)]
+
+
+def test_two_runs_into_one_output_dir_stay_apart_by_run_id(tiny_dir, tmp_path):
+    """metrics.jsonl used to append silently: after two runs nothing told their rows apart."""
+    runs = []
+    for _ in range(2):
+        learner = MAGRPO(agent_model=tiny_dir, num_agents=2, reward_func=spaces, train_dataset=data,
+                         args=MAGRPOConfig(output_dir=str(tmp_path), **FAST))
+        learner.learn()
+        runs.append(learner.run_id)
+    rows = [json.loads(line) for line in (tmp_path / "metrics.jsonl").read_text().splitlines()]
+    assert runs[0] != runs[1] and len(rows) == 2
+    assert [r["run_id"] for r in rows] == runs  # one training row per run here, each with its run's id
+
+
+def test_loading_and_saving_show_no_hugging_face_progress_bars(tiny_dir, tmp_path, capfd):
+    learner = MAGRPO(agent_model=tiny_dir, num_agents=2, reward_func=spaces, train_dataset=data,
+                     args=MAGRPOConfig(**FAST))
+    learner.save_model(str(tmp_path / "out"))
+    err = capfd.readouterr().err
+    assert "Loading weights" not in err and "Writing model shards" not in err
+
+
+def test_the_progress_bar_shows_reward_loss_and_kl():
+    logger = RunLogger(None, None, {}, verbose=True)
+    logger.start(total=1)
+    logger.log({"train/reward_mean": 0.5, "train/agent_0/loss": 0.2, "train/agent_1/loss": 0.4,
+                "train/agent_0/approx_kl": 0.0, "train/agent_1/approx_kl": 0.02}, step=1, advance=1)
+    shown = logger._bar.postfix
+    logger.close()
+    assert shown == "reward=0.500, loss=0.3, kl=0.01"
+
+
+@pytest.mark.parametrize("source", ["outputs/quickstart/agents/agent_9", "./missing", "/no/such/model"])
+def test_a_missing_model_folder_says_so_before_anything_loads(source):
+    """It used to surface Hugging Face's "Repo id must be in the form 'repo_name' or 'namespace/repo_name'"."""
+    with pytest.raises(ValueError, match=f"no model at '{source}': it is not a folder"):
+        MAGRPO(agent_model=source, num_agents=2, reward_func=spaces, train_dataset=data, args=MAGRPOConfig(**FAST))
+
+
+def test_a_reward_without_spread_is_reported_and_warned_about(tiny_dir):
+    """A sparse reward that nothing reaches gave all-zero advantages for a whole run, and nothing said so."""
+    learner = MAGRPO(agent_model=tiny_dir, num_agents=2, reward_func=lambda a, b: [0.0] * len(a),
+                     train_dataset=Dataset.from_list([{"prompt": f"Q{i}"} for i in range(10)]),
+                     args=MAGRPOConfig(**{**FAST, "num_train_epochs": 1}))
+    seen = []
+    learner.callbacks.append(type("Seen", (), {"on_step_end": lambda s, t, m: seen.append(m)})())
+    with pytest.warns(UserWarning, match="for 5 rollouts in a row every group's samples got the same return"):
+        learner.learn()
+    assert len(seen) == 5 and all(m["train/frac_reward_zero_std"] == 1.0 for m in seen)
