@@ -40,7 +40,7 @@ from learners.base import Learner
 from learners.config import LearnerConfig, canonicalize
 from learners.critics import CausalLMWithValueHead, ValueHead, load_critics
 from learners.data import seed_everything
-from learners.losses import POLICY_STATS, policy_terms, token_logprobs, value_loss
+from learners.losses import POLICY_STATS, policy_terms, reference_kl, token_logprobs, value_loss
 from learners.metrics import MeanMetrics, rollout_metrics
 from learners.optim import accumulate_gradients, adamw, gradient_step, policy_step
 from learners.rollout import Rollout, SampleBatch
@@ -203,7 +203,8 @@ class ActorCritic(Learner):
         rollout = self.collect(roots, cfg.num_generations)
         t0 = time.perf_counter()
         old_logprobs = [self.old_logprobs(a, rollout) for a in range(self.num_agents)] if cfg.reference_kl_enabled else None
-        kl = self.reference_kl(rollout, old_logprobs) if cfg.reference_kl_enabled else None
+        kl = (reference_kl(self.reference_models, rollout.samples, old_logprobs, cfg.logprob_temperature)
+              if cfg.reference_kl_enabled else None)
         rewards = rollout.rewards if kl is None else rollout.rewards - cfg.reference_kl_coef * kl
         old_values = self.critic_values(rollout)  # (C, S)
         adv, targets = gae_advantages(self.critic_rewards(rewards), old_values, rollout.next_index, rollout.turn,

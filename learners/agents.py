@@ -23,7 +23,7 @@ from typing import Any, Iterator, Sequence
 import torch
 from transformers import AutoModelForCausalLM, AutoTokenizer, PreTrainedModel, PreTrainedTokenizerBase
 
-__all__ = ["agent_count", "check_model_path", "convert_gguf", "enable_gradient_checkpointing", "hub_progress_hidden",
+__all__ = ["agent_count", "check_device", "check_model_path", "convert_gguf", "enable_gradient_checkpointing", "hub_progress_hidden",
            "load_agents", "load_causal_lm", "model_name", "prepare_tokenizer", "resolve_devices",
            "save_pretrained_with_head"]
 
@@ -260,11 +260,27 @@ def resolve_devices(spec: Any, count: int, what: str = "agent", default: list[to
             return [torch.device(f"cuda:{i % torch.cuda.device_count()}") for i in range(count)]
         return [torch.device(f"cuda:{local_rank}")] * count
     if isinstance(spec, (str, torch.device)):
-        return [torch.device(spec)] * count
+        return [check_device(spec, f"{what}_devices")] * count
     spec = list(spec)
     if len(spec) not in (1, count):
         raise ValueError(f"{what}_devices has {len(spec)} entries for {count} {what}s; give 1 or {count}.")
-    return [torch.device(s) for s in (spec * count if len(spec) == 1 else spec)]
+    return [check_device(s, f"{what}_devices") for s in (spec * count if len(spec) == 1 else spec)]
+
+
+def check_device(spec: Any, what: str) -> torch.device:
+    """`spec` as a device this machine has; a ValueError naming the setting (`what`) and the fix otherwise,
+    before anything loads."""
+    try:
+        device = torch.device(spec)
+    except (RuntimeError, TypeError) as exc:
+        raise ValueError(f"{what}={spec!r} is not a device ({exc}); use e.g. 'cpu' or 'cuda:0'.") from exc
+    if device.type == "cuda":
+        if not torch.cuda.is_available():
+            raise ValueError(f"{what}={spec!r} but CUDA is not available on this machine; use 'cpu' or None.")
+        if device.index is not None and device.index >= torch.cuda.device_count():
+            raise ValueError(f"{what}={spec!r} but this machine has {torch.cuda.device_count()} CUDA device(s); "
+                             f"use an index below {torch.cuda.device_count()}.")
+    return device
 
 
 def enable_gradient_checkpointing(model: torch.nn.Module) -> None:

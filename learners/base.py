@@ -30,6 +30,7 @@ import warnings
 from typing import Any, Callable, Sequence
 
 import torch
+from tqdm.auto import tqdm
 
 import comlrl_env
 from comlrl_env import TextParallelEnv
@@ -184,7 +185,8 @@ class Learner(abc.ABC):
         checkpoint_total_limit: int | None = None,
         checkpoint_steps: int | None = None,
     ) -> dict[str, float]:
-        """Train until `num_train_epochs` epochs are done; return the last evaluation (or training) metrics.
+        """Train until `num_train_epochs` epochs are done; return the last training metrics merged with the
+        last evaluation's (`train/*`, `perf/*` and `eval/*` keys).
 
         Args:
             checkpoint_dir: Write training checkpoints here (off when None): at completed epochs
@@ -212,6 +214,7 @@ class Learner(abc.ABC):
                           initial=self.epoch * self.batches_per_epoch + self.batch_in_epoch)
         self._callback("on_learn_begin")
         last: dict[str, float] = {}
+        evaluation: dict[str, float] = {}
         try:
             while self.epoch < cfg.num_train_epochs:
                 order = self.epoch_order(self.env, self.epoch)
@@ -231,18 +234,18 @@ class Learner(abc.ABC):
                     self._warn_if_no_signal(metrics)
                     self._callback("on_step_end", metrics)
                     if cfg.eval_interval and self.rollouts_done % cfg.eval_interval == 0:
-                        last = self.evaluate()
+                        evaluation = self.evaluate()
                     ckpt.after_step()
                 self.epoch += 1
                 self.batch_in_epoch = 0
                 self._callback("on_epoch_end")
                 ckpt.after_epoch(final=self.epoch == cfg.num_train_epochs)
             if cfg.eval_interval and self.rollouts_done % cfg.eval_interval != 0:
-                last = self.evaluate()
+                evaluation = self.evaluate()
             self._callback("on_learn_end")
         finally:
             self.logger.close()
-        return last
+        return {**last, **evaluation}
 
     def _warn_if_no_signal(self, metrics: dict[str, float]) -> None:
         """Warn once when every group's samples scored the same for `NO_SIGNAL_ROLLOUTS` rollouts in a row:
@@ -289,6 +292,8 @@ class Learner(abc.ABC):
         episode_returns, turn_rewards, turn_returns, invalid, joints = [], {}, {}, 0.0, 0
         completions: list[list[list[str]]] = [[[] for _ in range(n)] for _ in range(self.num_agents)]
         items, first_prompts = [], []
+        bar = tqdm(total=n, desc="eval", disable=not (cfg.verbose and self.dist.is_main), leave=False,
+                   dynamic_ncols=True)
         for start in range(0, n, cfg.eval_batch_size):
             roots = data.reset_roots(env, order[start:start + cfg.eval_batch_size])
             items += [r.task.get("item", r.task) if isinstance(r.task, dict) else r.task for r in roots]
@@ -304,6 +309,8 @@ class Learner(abc.ABC):
             for a in range(self.num_agents):
                 for row in range(rollout.num_samples):
                     completions[a][start + int(rollout.task[row])].append(rollout.samples[a].completions[row])
+            bar.update(len(roots))
+        bar.close()
         returns = torch.cat(episode_returns, 1)  # (A, n)
         metrics = {"eval/reward_mean": float(returns.mean())}
         for a in range(self.num_agents):
@@ -442,16 +449,6 @@ class Learner(abc.ABC):
         if samples.logprobs is not None:
             return samples.logprobs
         return sampled_logprobs(self.agents[a], samples, temperature=self.args.logprob_temperature)
-
-    def reference_kl(self, rollout: Rollout, old: list[torch.Tensor]) -> torch.Tensor:
-        """k3 estimate of KL(pi_old || pi_ref) per agent and sample `(A, S)`: sum over completion tokens of
-        exp(ref - old) - (ref - old) - 1, with `old` each agent's sampled-token log-probs `(S, T)`."""
-        kls = []
-        for a, reference in enumerate(self.reference_models):
-            ref = sampled_logprobs(reference, rollout.samples[a], temperature=self.args.logprob_temperature)
-            diff = ref - old[a][:, : ref.shape[1]]
-            kls.append(((diff.exp() - diff - 1) * rollout.samples[a].completion_mask).sum(-1))
-        return torch.stack(kls)
 
     def _autocast(self) -> torch.autocast:
         """bfloat16 autocast on the agents' device type when `mixed_precision="bf16"` (else a no-op)."""

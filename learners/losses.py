@@ -20,8 +20,8 @@ if TYPE_CHECKING:
 
     from learners.rollout import SampleBatch
 
-__all__ = ["POLICY_STATS", "completion_logprobs", "policy_loss", "policy_stats", "policy_terms", "sampled_logprobs",
-           "token_logprobs", "value_loss"]
+__all__ = ["POLICY_STATS", "completion_logprobs", "policy_loss", "policy_stats", "policy_terms", "reference_kl",
+           "sampled_logprobs", "token_logprobs", "value_loss"]
 
 POLICY_STATS = ("surrogate", "clip_fraction", "approx_kl", "entropy")
 
@@ -63,6 +63,19 @@ def sampled_logprobs(model: "PreTrainedModel", batch: "SampleBatch", rows: int =
             part = completion_logprobs(model, batch.select(idx), temperature).cpu()
             out[idx, : part.shape[1]] = part
     return out
+
+
+def reference_kl(references: "list[PreTrainedModel]", samples: "list[SampleBatch]",
+                 old_logprobs: list[torch.Tensor], temperature: float = 1.0) -> torch.Tensor:
+    """k3 estimate of KL(pi_old || pi_ref) per agent and sample `(A, S)`: the sum over completion tokens of
+    exp(ref - old) - (ref - old) - 1, with `old_logprobs[a]` agent a's sampled-token log-probs `(S, T)` and
+    `references[a]` its frozen reference copy (scored without gradients)."""
+    kls = []
+    for reference, batch, old in zip(references, samples, old_logprobs):
+        ref = sampled_logprobs(reference, batch, temperature=temperature)
+        diff = ref - old[:, : ref.shape[1]]
+        kls.append(((diff.exp() - diff - 1) * batch.completion_mask).sum(-1))
+    return torch.stack(kls)
 
 
 def policy_loss(

@@ -35,7 +35,7 @@ from typing import Any, Sequence
 import torch
 
 from learners.actor_critic import IAC, MAAC
-from learners.agents import hub_progress_hidden, load_causal_lm, model_name
+from learners.agents import check_device, hub_progress_hidden, load_causal_lm, model_name
 from learners.base import Learner
 from learners.checkpoint_manager import CheckpointManager
 from learners.data import reset_roots
@@ -120,6 +120,7 @@ class MARLHF:
                 raise ValueError("reward_model_name is required when the agents are model objects without an id: "
                                  "set MARLHFConfig(reward_model_name='id or dir').")
         self.reward_model_source = source
+        reward_device = check_device(cfg.reward_model_device, "reward_model_device") if cfg.reward_model_device else None
         policy_cls, policy_cfg = cfg.policy_config()
         separate_critic = policy_cls is MAAC or (policy_cls is IAC and policy_cfg.use_separate_critic)
         if separate_critic and critic_model is None and critics is None:
@@ -133,7 +134,7 @@ class MARLHF:
         if self.policy.dist.enabled:
             raise ValueError("MARLHF under torchrun is not supported yet (each rank would learn its own reward "
                              "model); run it as a single process.")
-        self.reward_device = torch.device(cfg.reward_model_device) if cfg.reward_model_device else self.policy.devices[0]
+        self.reward_device = reward_device or self.policy.devices[0]
         self.reward_model: RewardModel | None = None  # frozen between stages; None: the task reward
         self.reward_normalization: tuple[float, float] | None = None  # (mean, std) applied to its scores
         self.shards: list[list[dict[str, Any]]] = []  # pairs of each iteration (texts and rewards)

@@ -28,7 +28,7 @@ import torch
 from learners.base import Learner
 from learners.config import LearnerConfig, canonicalize
 from learners.data import seed_everything
-from learners.losses import POLICY_STATS, policy_loss, policy_stats  # noqa: F401 (public names of this module)
+from learners.losses import POLICY_STATS, policy_loss, policy_stats, reference_kl  # noqa: F401 (public here)
 from learners.metrics import MeanMetrics, rollout_metrics
 from learners.optim import policy_step
 from learners.rollout import Rollout, per_agent
@@ -151,7 +151,8 @@ class MAGRPO(Learner):
                   for part in self.minibatches(len(groups))]
         need_old = len(chunks) > 1 or cfg.reference_kl_enabled
         old = [self.old_logprobs(a, rollout) for a in range(self.num_agents)] if need_old else None
-        kl = self.reference_kl(rollout, old) if cfg.reference_kl_enabled else None
+        kl = (reference_kl(self.reference_models, rollout.samples, old, cfg.logprob_temperature)
+              if cfg.reference_kl_enabled else None)
         returns = rollout.returns if kl is None else rollout.returns - cfg.reference_kl_coef * kl
         advantages = group_relative_advantages(returns, rollout.group, cfg.advantage_mode, cfg.advantage_normalization)
         metrics = self.update(rollout, advantages, chunks, old)

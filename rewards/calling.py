@@ -5,7 +5,8 @@ completions as one list per agent (each of length B) and, when it declares
 them, `prompts=` (B strings) and `batch_items=` (B dataset rows):
 
     f(c0, c1)                    # one positional list per agent
-    f(prompts, c0, c1)           # N + 1 positional parameters: prompts first
+    f(prompts, c0, c1)           # N + 1 positional parameters: prompts first (a warning unless
+                                 #   the first is named `prompts`: f(a, b, c) for two agents is ambiguous)
     f([c0, c1])                  # one positional parameter and N > 1: a list of lists
     f(*lists)                    # a *args signature
     f(c0)  /  f(prompts, c0)     # a single agent
@@ -27,6 +28,7 @@ import functools
 import inspect
 import math
 import numbers
+import warnings
 from typing import Any, Callable, Sequence
 
 __all__ = ["RewardFunctionError", "call_reward_function"]
@@ -111,6 +113,12 @@ def _arguments(
         else:
             args = lists
     elif len(required) == n + 1:
+        if required[0].name != "prompts":
+            warnings.warn(
+                f"reward function {getattr(func, '__name__', func)!r} takes {n + 1} positional parameters for {n} "
+                f"agents, so its first, {required[0].name!r}, receives the prompts and the next {n} the agents' "
+                "completions (the rule f(prompts, c0, c1, ...)). Name it `prompts` to say so, or give it a default "
+                "to receive only the completions.", stacklevel=4)
         args, prompts_positional = [list(prompts or [])] + lists, True
     elif n > 1 and len(required) == 1:
         args = [lists]

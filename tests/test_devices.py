@@ -64,3 +64,18 @@ def test_per_agent_keeps_agent_order_in_threads():
 
     assert per_agent(work, 4, concurrent=True) == [0, 10, 20, 30]
     assert per_agent(work, 3, concurrent=False) == [0, 10, 20]
+
+
+@pytest.mark.skipif(torch.cuda.is_available(), reason="checks the error of a CPU-only machine")
+def test_a_cuda_device_on_a_cpu_only_machine_fails_at_construction(tiny_dir):
+    """The seed's reward_model_device="cuda:1" used to fail deep inside train() with an AssertionError."""
+    from learners import MARLHF, MARLHFConfig
+
+    with pytest.raises(ValueError, match="reward_model_device='cuda:1' but CUDA is not available on this machine"):
+        MARLHF(agent_model="/no/model/needed/yet", num_agents=2, reward_func=zero, train_dataset=data,
+               args=MARLHFConfig(reward_model_device="cuda:1", **FAST))
+    with pytest.raises(ValueError, match="agent_devices='cuda:0' but CUDA is not available"):
+        MAGRPO(agent_model=tiny_dir, num_agents=2, reward_func=zero, train_dataset=data,
+               args=MAGRPOConfig(agent_devices="cuda:0", **FAST))
+    with pytest.raises(ValueError, match="agent_devices='gpu' is not a device"):
+        resolve_devices("gpu", 2)

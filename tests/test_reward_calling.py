@@ -424,3 +424,18 @@ def test_nan_check_does_not_swallow_finite_extremes():
     # the largest finite float is a valid (if odd) reward
     assert call_reward_function(lambda c: 1.7976931348623157e308, [["x"]]) == [[1.7976931348623157e308]]
     assert math.isfinite(call_reward_function(lambda c: -1e300, [["x"]])[0][0])
+
+
+def test_an_ambiguous_first_positional_is_warned_about():
+    """f(a, b, c) for two agents silently received the prompts in `a`; now a warning states the rule."""
+    def judge(question, first, second):
+        return [1.0] * len(first)
+
+    with pytest.warns(UserWarning, match=r"'judge' takes 3 positional parameters for 2 agents, so its first, "
+                                         r"'question', receives the prompts"):
+        call_reward_function(judge, [C0, C1], prompts=PROMPTS)
+
+
+def test_a_first_positional_named_prompts_is_not_ambiguous(recwarn):
+    call_reward_function(lambda prompts, c0, c1: [1.0] * len(c0), [C0, C1], prompts=PROMPTS)
+    assert not [w for w in recwarn if "positional parameters" in str(w.message)]

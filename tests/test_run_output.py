@@ -68,3 +68,11 @@ def test_a_reward_without_spread_is_reported_and_warned_about(tiny_dir):
     with pytest.warns(UserWarning, match="for 5 rollouts in a row every group's samples got the same return"):
         learner.learn()
     assert len(seen) == 5 and all(m["train/frac_reward_zero_std"] == 1.0 for m in seen)
+
+
+def test_learn_returns_training_and_evaluation_metrics(tiny_dir):
+    """learn() used to return only the evaluation's metrics when one ran."""
+    learner = MAGRPO(agent_model=tiny_dir, num_agents=2, reward_func=spaces, train_dataset=data,
+                     args=MAGRPOConfig(**{**FAST, "eval_interval": 1, "eval_num_samples": 2}))
+    summary = learner.learn()
+    assert {"train/reward_mean", "train/agent_0/loss", "eval/reward_mean"} <= set(summary)
