@@ -3,14 +3,25 @@
 A *policy* is any callable `policy(observations, envs) -> actions` that maps a
 batch of observations (one `{agent: text}` dict per live episode) to a batch
 of actions; `envs` are the live environments, for scripted policies that need
-the task (a model-backed policy ignores them). `learners.AgentPolicy` is the
-policy made of saved Hugging Face agents; `comlrl-bench` joins the two.
+the task (a model-backed policy ignores them). `learners.policy.AgentPolicy` is
+the policy made of saved Hugging Face agents; `comlrl-bench` joins the two:
+
+    from comlrl_env.benchmark import run_suite
+    from learners.policy import AgentPolicy
+
+    team = AgentPolicy.from_saved("outputs/quickstart/agents")   # the sampling settings it was trained with
+    results = run_suite("smoke", {"demo": team}, episodes=32, out_dir="bench/")
+    print(results["rows"][0]["reward_mean"], results["rows"][0]["reward_ci95"])
 
 Each environment plays `episodes` episodes (task instances 0..N-1 of a finite
 task set, or seeds `seed..seed+N-1` of a procedural one) in lockstep: one
 policy call per turn for the whole batch. Metrics per (policy, env):
 
-- `reward_mean`: mean over episodes of the mean per-agent undiscounted return;
+- `reward_mean`: mean over episodes of the mean per-agent undiscounted return, with `reward_std` (over
+  episodes) and `reward_ci95`, the half-width of its 95% confidence interval (1.96 std / sqrt(episodes));
+- `episodes`: episodes played (task instances x `samples_per_task`);
+- `pass_at_k`: with `samples_per_task=k > 1` and a success threshold, the fraction of task instances
+  whose k episodes include a success;
 - `success_rate`: fraction of episodes whose joint return reaches the env's
   `metadata["success_threshold"]` (pass@1 for code tasks), where defined;
 - `invalid_action_rate`: flagged agent actions / agent actions;
@@ -24,6 +35,7 @@ Scripted reference rows show where agents stand: `empty` (every agent answers
 from __future__ import annotations
 
 import json
+import math
 import os
 import time
 from typing import Any, Callable, Sequence
@@ -38,7 +50,8 @@ from comlrl_env.base import AgentID, TextParallelEnv
 from comlrl_env.registry import make
 from comlrl_env.suites import suites
 
-__all__ = ["Policy", "empty_policy", "evaluate_policy", "run_suite", "scripted_policies"]
+__all__ = ["Policy", "empty_policy", "evaluate_policy", "markdown_table", "run_suite", "scripted_policies",
+           "team_table"]
 
 Policy = Callable[[list[dict[AgentID, str]], list[TextParallelEnv]], list[dict[AgentID, str]]]
 METRICS = ("reward_mean", "success_rate", "invalid_action_rate", "tokens_per_episode", "episodes_per_second")
@@ -62,20 +75,25 @@ def scripted_policies(env: TextParallelEnv) -> dict[str, Policy]:
     return out
 
 
-def evaluate_policy(env: str | TextParallelEnv, policy: Policy, episodes: int, seed: int = 0) -> dict[str, float]:
-    """Play `episodes` episodes of `env` with `policy` in lockstep; return the metrics of the module docstring."""
-    if episodes < 1:
-        raise ValueError(f"episodes must be >= 1, got {episodes}.")
+def evaluate_policy(env: str | TextParallelEnv, policy: Policy, episodes: int, seed: int = 0,
+                    samples_per_task: int = 1) -> dict[str, float]:
+    """Play `episodes` task instances of `env`, each `samples_per_task` times, with `policy` in lockstep;
+    return the metrics of the module docstring."""
+    if episodes < 1 or samples_per_task < 1:
+        raise ValueError(f"episodes and samples_per_task must be >= 1, got {episodes} and {samples_per_task}.")
     template = make(env) if isinstance(env, str) else env
     live: list[TextParallelEnv] = []
     observations: list[dict[AgentID, str]] = []
-    for i in range(episodes):
-        finite = template.num_tasks is not None
-        obs, _ = template.reset(seed=seed + i, options={"task_index": i % template.num_tasks} if finite else None)
-        live.append(template.clone())
-        observations.append(obs)
+    finite = template.num_tasks is not None
+    for j in range(samples_per_task):
+        for i in range(episodes):
+            options = {"task_index": i % template.num_tasks} if finite else None
+            obs, _ = template.reset(seed=seed + i + j * episodes, options=options)
+            live.append(template.clone())
+            observations.append(obs)
+    played = len(live)
     returns = [dict.fromkeys(e.possible_agents, 0.0) for e in live]
-    owner = list(range(episodes))
+    owner = list(range(played))
     invalid = actions_taken = 0
     tokens_before = getattr(policy, "tokens_generated", None)
     start = time.perf_counter()
@@ -95,73 +113,110 @@ def evaluate_policy(env: str | TextParallelEnv, policy: Policy, episodes: int, s
         live, observations, owner = next_live, next_obs, next_owner
     seconds = time.perf_counter() - start
     per_episode = [sum(r.values()) / len(r) for r in returns]
+    mean = sum(per_episode) / played
+    std = math.sqrt(sum((x - mean) ** 2 for x in per_episode) / (played - 1)) if played > 1 else 0.0
     metrics = {
-        "reward_mean": sum(per_episode) / episodes,
+        "reward_mean": mean,
+        "reward_std": std,
+        "reward_ci95": 1.96 * std / math.sqrt(played),
+        "episodes": float(played),
         "invalid_action_rate": invalid / max(actions_taken, 1),
-        "episodes_per_second": episodes / max(seconds, 1e-9),
+        "episodes_per_second": played / max(seconds, 1e-9),
     }
     threshold = template.metadata.get("success_threshold")
     if threshold is not None:
-        metrics["success_rate"] = sum(sum(r.values()) / len(r) >= threshold for r in returns) / episodes
+        success = [x >= threshold for x in per_episode]
+        metrics["success_rate"] = sum(success) / played
+        if samples_per_task > 1:
+            metrics["pass_at_k"] = sum(any(success[i::episodes]) for i in range(episodes)) / episodes
     if tokens_before is not None:
-        metrics["tokens_per_episode"] = (policy.tokens_generated - tokens_before) / episodes
+        metrics["tokens_per_episode"] = (policy.tokens_generated - tokens_before) / played
     return metrics
 
 
 def run_suite(
-    suite: str | Sequence[str],
+    suite: str | Sequence[str | TextParallelEnv],
     policies: dict[str, Policy],
     episodes: int,
     out_dir: str | None = None,
     seed: int = 0,
     scripted: bool = True,
+    samples_per_task: int = 1,
+    metadata: dict[str, Any] | None = None,
 ) -> dict[str, Any]:
-    """Evaluate every policy (plus scripted reference rows) on every env of `suite`.
+    """Evaluate every policy (a team, by name; plus scripted reference rows) on every env of `suite`: a suite
+    name, or a list of env ids and env instances.
 
-    Writes `results.json`, `results.md` (a table: env x policy x metric) and `results.png` into `out_dir`.
+    Returns and writes to `out_dir` `results.json` (`metadata`, e.g. the settings, agents and versions, then
+    `rows`: one per env and team), `results.md` (mean ± 95% CI per team side by side, then every metric) and
+    `results.png` (the same means with their CIs).
     """
     if isinstance(suite, str) and suite not in suites:
         raise ValueError(f"unknown suite {suite!r}; known: {sorted(suites)}.")
-    env_ids = suites[suite] if isinstance(suite, str) else list(suite)
-    rows = []
+    envs = suites[suite] if isinstance(suite, str) else list(suite)
     jobs = []
-    for env_id in env_ids:
-        env = make(env_id)
+    for spec in envs:
+        env = make(spec) if isinstance(spec, str) else spec
+        name = spec if isinstance(spec, str) else env.metadata.get("name", type(env).__name__)
         extra = scripted_policies(env) if scripted else {}
-        jobs += [(env_id, name, p) for name, p in {**policies, **extra}.items()]
-    for env_id, name, policy in tqdm(jobs, desc=f"bench {suite if isinstance(suite, str) else 'envs'}"):
-        rows.append({"env": env_id, "policy": name, **evaluate_policy(env_id, policy, episodes, seed)})
-    results = {"suite": suite, "episodes": episodes, "seed": seed, "rows": rows}
+        jobs += [(name, env, team, p) for team, p in {**policies, **extra}.items()]
+    rows = []
+    for name, env, team, policy in tqdm(jobs, desc=f"bench {suite if isinstance(suite, str) else 'envs'}"):
+        metrics = evaluate_policy(env, policy, episodes, seed, samples_per_task)
+        rows.append({"env": name, "team": team, "policy": team, **metrics})
+    results = {**(metadata or {}), "suite": suite if isinstance(suite, str) else None, "episodes": episodes,
+               "samples_per_task": samples_per_task, "seed": seed, "rows": rows}
     if out_dir is not None:
         os.makedirs(out_dir, exist_ok=True)
         with open(os.path.join(out_dir, "results.json"), "w", encoding="utf-8") as f:
-            json.dump(results, f, indent=2)
+            json.dump(results, f, indent=2, default=str)
         with open(os.path.join(out_dir, "results.md"), "w", encoding="utf-8") as f:
-            f.write(markdown_table(rows))
-        _chart(rows, os.path.join(out_dir, "results.png"))
+            f.write(team_table(rows) + "\n" + markdown_table(rows))
+        _chart(rows, os.path.join(out_dir, "results.png"), _title(results))
     return results
 
 
-def markdown_table(rows: list[dict[str, Any]]) -> str:
-    """One line per (env, policy); '-' where a metric is not defined."""
-    lines = ["| env | policy | " + " | ".join(METRICS) + " |", "|---|---|" + "---|" * len(METRICS)]
-    for r in rows:
-        cells = [f"{r[m]:.3f}" if m in r else "-" for m in METRICS]
-        lines.append(f"| {r['env']} | {r['policy']} | " + " | ".join(cells) + " |")
+def team_table(rows: list[dict[str, Any]]) -> str:
+    """One line per env, one column per team: mean reward ± the half-width of its 95% CI."""
+    teams = list(dict.fromkeys(r["team"] for r in rows))
+    lines = ["| env | " + " | ".join(teams) + " |", "|---|" + "---|" * len(teams)]
+    for env in dict.fromkeys(r["env"] for r in rows):
+        cells = [next((f"{r['reward_mean']:.3f} ± {r['reward_ci95']:.3f}" for r in rows
+                       if r["env"] == env and r["team"] == t), "-") for t in teams]
+        lines.append(f"| {env} | " + " | ".join(cells) + " |")
     return "\n".join(lines) + "\n"
 
 
-def _chart(rows: list[dict[str, Any]], path: str) -> None:
+def markdown_table(rows: list[dict[str, Any]]) -> str:
+    """One line per (env, team); '-' where a metric is not defined."""
+    metrics = ("reward_mean", "reward_ci95", "episodes", *METRICS[1:])
+    lines = ["| env | policy | " + " | ".join(metrics) + " |", "|---|---|" + "---|" * len(metrics)]
+    for r in rows:
+        cells = [f"{r[m]:.3f}" if m in r else "-" for m in metrics]
+        lines.append(f"| {r['env']} | {r['team']} | " + " | ".join(cells) + " |")
+    return "\n".join(lines) + "\n"
+
+
+def _title(results: dict[str, Any]) -> str:
+    settings = results.get("settings") or {}
+    shown = ", ".join(f"{k}={v}" for k, v in settings.items() if v is not None)
+    return f"mean reward ± 95% CI, {results['episodes']} tasks x {results['samples_per_task']}" + (
+        f"\n{shown}" if shown else "")
+
+
+def _chart(rows: list[dict[str, Any]], path: str, title: str) -> None:
     envs = list(dict.fromkeys(r["env"] for r in rows))
-    names = list(dict.fromkeys(r["policy"] for r in rows))
+    names = list(dict.fromkeys(r["team"] for r in rows))
     width = 0.8 / max(len(names), 1)
-    fig, ax = plt.subplots(figsize=(max(6, 1.6 * len(envs)), 3.8))
+    fig, ax = plt.subplots(figsize=(max(6, 1.6 * len(envs)), 4.2))
     for j, name in enumerate(names):
-        values = [next((r["reward_mean"] for r in rows if r["env"] == e and r["policy"] == name), 0.0) for e in envs]
-        ax.bar([i + j * width for i in range(len(envs))], values, width, label=name)
+        picked = [next((r for r in rows if r["env"] == e and r["team"] == name), None) for e in envs]
+        ax.bar([i + j * width for i in range(len(envs))], [r["reward_mean"] if r else 0.0 for r in picked], width,
+               yerr=[r["reward_ci95"] if r else 0.0 for r in picked], capsize=3, label=name)
     ax.set_xticks([i + width * (len(names) - 1) / 2 for i in range(len(envs))])
     ax.set_xticklabels(envs, rotation=20, ha="right", fontsize=8)
     ax.set_ylabel("mean reward")
+    ax.set_title(title, fontsize=8)
     ax.legend(fontsize=8)
     fig.tight_layout()
     fig.savefig(path, dpi=110)

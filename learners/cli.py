@@ -1,40 +1,105 @@
-"""`comlrl-bench`: evaluate saved agents on a suite of environments.
+"""`comlrl-bench`: evaluate teams of saved agents on suites and environments, with confidence intervals.
 
-    comlrl-bench --suite smoke --agents outputs/run/agents --episodes 4 --out results/ [--greedy] [--seed 0]
+    comlrl-bench --suite smoke --agents outputs/quickstart/agents --episodes 64 --out bench/
+    comlrl-bench --env smoke/FormatAgreement-v1 --env mytasks:MyEnv \\
+        --agents trained=outputs/run/agents --agents base=outputs/base/agents --temperature 1.0 --out bench/
 
-`--agents` takes one dir per agent, or a `save_model` output dir holding
-`agent_0/`, `agent_1/`, ... Writes `results.json`, `results.md` and `results.png`.
+- `--agents` may repeat: one team each, named by its folder or by `NAME=DIR`; a team is a `save_model`
+  output dir (holding `agent_0/`, `agent_1/`, ...) or one dir per agent.
+- `--env` (a registered id, or `module:Class` importable from the working directory) may repeat, with or
+  without `--suite`.
+- Sampling defaults to the settings each team was trained with (its `comlrl_env.json`); `--temperature`,
+  `--top-p`, `--top-k`, `--max-new-tokens`, `--greedy` and `--seed` override them for every team.
+  `--samples-per-task k` plays each task instance k times (pass@k for code tasks).
+
+Writes `results.json` (settings, agents with a content hash, versions, rows), `results.md` and `results.png`.
 """
 
 from __future__ import annotations
 
 import argparse
+import importlib
+import os
 import sys
+from typing import Any
 
-from comlrl_env.benchmark import markdown_table, run_suite
+import torch
+import transformers
+
+import comlrl_env
+from comlrl_env import TextParallelEnv
+from comlrl_env.benchmark import markdown_table, run_suite, team_table
 from comlrl_env.suites import suites
-from learners.policy import AgentPolicy, agent_dirs
+from learners.policy import AgentPolicy, agent_dirs, content_hash, saved_settings
 
 __all__ = ["main"]
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="comlrl-bench", description="Evaluate saved agents on a suite of envs.")
-    parser.add_argument("--suite", required=True, choices=sorted(suites))
-    parser.add_argument("--agents", nargs="+", required=True, help="agent dirs, or a save_model output dir")
-    parser.add_argument("--episodes", type=int, default=8)
+    parser = argparse.ArgumentParser(prog="comlrl-bench", description=__doc__.splitlines()[0])
+    parser.add_argument("--suite", choices=sorted(suites))
+    parser.add_argument("--env", action="append", default=[], help="a registered id or module:Class (repeatable)")
+    parser.add_argument("--agents", action="append", nargs="+", required=True, metavar="[NAME=]DIR",
+                        help="one team per use: a save_model output dir or its agent dirs")
+    parser.add_argument("--episodes", type=int, default=8, help="task instances per env")
+    parser.add_argument("--samples-per-task", type=int, default=1)
     parser.add_argument("--out", required=True)
     parser.add_argument("--greedy", action="store_true")
     parser.add_argument("--seed", type=int, default=0)
-    parser.add_argument("--max-new-tokens", type=int, default=64)
-    parser.add_argument("--chat-template", action="store_true", help="render prompts with the chat template")
+    parser.add_argument("--temperature", type=float)
+    parser.add_argument("--top-p", type=float)
+    parser.add_argument("--top-k", type=int)
+    parser.add_argument("--max-new-tokens", type=int)
+    parser.add_argument("--chat-template", action="store_true", default=None,
+                        help="render prompts with the chat template (default: as the team was trained)")
     args = parser.parse_args(argv)
-    policy = AgentPolicy(agent_dirs(args.agents), greedy=args.greedy, seed=args.seed,
-                         max_new_tokens=args.max_new_tokens, use_chat_template=args.chat_template)
-    results = run_suite(args.suite, {"agents": policy}, args.episodes, args.out, args.seed)
-    print(markdown_table(results["rows"]), end="")
+    if args.suite is None and not args.env:
+        parser.error("give --suite, --env, or both.")
+    overrides = {"temperature": args.temperature, "top_p": args.top_p, "top_k": args.top_k,
+                 "max_new_tokens": args.max_new_tokens, "use_chat_template": args.chat_template}
+    teams, agents, settings = {}, {}, {}
+    for spec in args.agents:
+        name, dirs = team_spec(spec)
+        teams[name] = AgentPolicy.from_saved(dirs, greedy=args.greedy, seed=args.seed, **overrides)
+        agents[name] = [{"path": os.path.abspath(d), "sha256": content_hash(d)} for d in dirs]
+        settings[name] = {**saved_settings(dirs), **{k: v for k, v in overrides.items() if v is not None},
+                          "greedy": args.greedy, "seed": args.seed}
+    envs: Any = args.suite if not args.env else [*(suites[args.suite] if args.suite else []),
+                                                   *(load_env(spec) for spec in args.env)]
+    metadata = {"settings": settings if len(settings) > 1 else next(iter(settings.values())), "agents": agents,
+                "versions": {"comlrl_env": comlrl_env.__version__, "torch": torch.__version__,
+                             "transformers": transformers.__version__}}
+    results = run_suite(envs, teams, args.episodes, args.out, args.seed,
+                        samples_per_task=args.samples_per_task, metadata=metadata)
+    print(team_table(results["rows"]) + "\n" + markdown_table(results["rows"]), end="")
     print(f"wrote {args.out}/results.json, results.md, results.png")
     return 0
+
+
+def team_spec(spec: list[str]) -> tuple[str, list[str]]:
+    """(team name, agent dirs) of one `--agents` use: `NAME=DIR ...`, else named by the first dir's folder."""
+    name = None
+    if "=" in spec[0]:
+        name, first = spec[0].split("=", 1)
+        spec = [first, *spec[1:]]
+    return name or os.path.basename(os.path.normpath(spec[0])), agent_dirs(spec)
+
+
+def load_env(spec: str) -> TextParallelEnv | str:
+    """A registered id as is, or `module:Class` imported from the working directory and built with no arguments."""
+    if ":" not in spec or "/" in spec.split(":", 1)[0]:
+        return spec
+    module, _, cls = spec.partition(":")
+    sys.path.insert(0, os.getcwd())
+    try:
+        env = getattr(importlib.import_module(module), cls)()
+    except (ImportError, AttributeError) as exc:
+        raise SystemExit(f"comlrl-bench: cannot build --env {spec!r}: {exc}") from exc
+    finally:
+        sys.path.remove(os.getcwd())
+    if not isinstance(env, TextParallelEnv):
+        raise SystemExit(f"comlrl-bench: --env {spec!r} built a {type(env).__name__}, not a TextParallelEnv.")
+    return env
 
 
 if __name__ == "__main__":

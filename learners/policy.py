@@ -1,7 +1,13 @@
-"""`AgentPolicy`: saved Hugging Face agents as a batched policy for `comlrl_env.benchmark`."""
+"""`AgentPolicy`: saved Hugging Face agents as a batched policy for `comlrl_env.benchmark`.
+
+    team = AgentPolicy.from_saved("outputs/quickstart/agents")   # save_model's output: settings included
+    team = AgentPolicy(["dir_a", "dir_b"], temperature=1.0, top_p=1.0, max_new_tokens=16)
+"""
 
 from __future__ import annotations
 
+import hashlib
+import json
 import os
 from typing import Any, Sequence
 
@@ -11,7 +17,10 @@ from comlrl_env.base import AgentID, TextParallelEnv
 from learners.agents import load_agents
 from learners.rollout import GenerationSettings, RolloutEngine
 
-__all__ = ["AgentPolicy", "agent_dirs"]
+__all__ = ["SAMPLING_FIELDS", "AgentPolicy", "agent_dirs", "content_hash", "saved_settings"]
+
+SAMPLING_FIELDS = ("temperature", "top_p", "top_k", "max_new_tokens", "use_chat_template")
+"""The generation settings a `save_model` manifest (`comlrl_env.json`) carries and a bench reuses."""
 
 
 def agent_dirs(paths: Sequence[str]) -> list[str]:
@@ -22,6 +31,32 @@ def agent_dirs(paths: Sequence[str]) -> list[str]:
                        key=lambda d: int(d[6:])) if os.path.isdir(path) else []
         out += [os.path.join(path, d) for d in inner] if inner else [path]
     return out
+
+
+def saved_settings(paths: Sequence[str]) -> dict[str, Any]:
+    """The sampling settings the agents were trained with: `SAMPLING_FIELDS` of the `comlrl_env.json` that
+    `save_model` writes next to `agent_0/`, ... (in a given dir or its parent); {} when there is none."""
+    for path in paths:
+        for folder in (path, os.path.dirname(os.path.normpath(path))):
+            manifest = os.path.join(folder, "comlrl_env.json")
+            if os.path.isfile(manifest):
+                with open(manifest, encoding="utf-8") as f:
+                    config = json.load(f).get("config", {})
+                return {k: config[k] for k in SAMPLING_FIELDS if k in config}
+    return {}
+
+
+def content_hash(path: str) -> str:
+    """A short sha256 of every file under `path` (names and bytes, in sorted order): which weights were run."""
+    digest = hashlib.sha256()
+    for root, dirs, files in os.walk(path, followlinks=True):
+        dirs.sort()
+        for name in sorted(files):
+            digest.update(os.path.relpath(os.path.join(root, name), path).encode())
+            with open(os.path.join(root, name), "rb") as f:
+                for chunk in iter(lambda: f.read(1 << 20), b""):
+                    digest.update(chunk)
+    return digest.hexdigest()[:16]
 
 
 class AgentPolicy:
@@ -41,6 +76,15 @@ class AgentPolicy:
         self.greedy = greedy
         self.tokens_generated = 0
         torch.manual_seed(seed)
+
+    @classmethod
+    def from_saved(cls, path: str | Sequence[str], greedy: bool = False, seed: int = 0, **overrides: Any
+                   ) -> "AgentPolicy":
+        """The agents of a `save_model` output dir (or agent dirs), sampling as they were trained
+        (`saved_settings`) unless `overrides` (e.g. `temperature=0.6`) say otherwise."""
+        dirs = agent_dirs([path] if isinstance(path, (str, os.PathLike)) else list(path))
+        settings = {**saved_settings(dirs), **{k: v for k, v in overrides.items() if v is not None}}
+        return cls(dirs, greedy=greedy, seed=seed, **settings)
 
     def __call__(self, observations: list[dict[AgentID, str]], envs: list[TextParallelEnv]) -> list[dict[AgentID, str]]:
         agent_ids = list(envs[0].possible_agents)
