@@ -30,7 +30,6 @@ import warnings
 from typing import Any, Callable, Sequence
 
 import torch
-from tqdm.auto import tqdm
 
 import comlrl_env
 from comlrl_env import TextParallelEnv
@@ -41,10 +40,12 @@ from learners.checkpoint import load_checkpoint, read_checkpoint_metadata, save_
 from learners.checkpoint_manager import CheckpointManager
 from learners.config import LearnerConfig
 from learners.distributed import Distributed
+from learners.evaluation import evaluate
 from learners.fingerprints import data_fingerprint
 from learners.logger import RunLogger
 from learners.lora import attach_adapters
 from learners.losses import sampled_logprobs
+from learners.metrics import completion_rows
 from learners.optim import adamw
 from learners.rollout import Rollout, RolloutEngine
 from learners.state import StateHooks, TrainingState, config_defaults, find_stateful, qualified_name
@@ -107,6 +108,10 @@ class Learner(abc.ABC):
                 f"the environment has {len(self.env.possible_agents)} agents but {count} were configured "
                 f"(num_agents / agents); make them equal."
             )
+        if env is not None and cfg.num_turns not in (1, self.env.num_turns):
+            warnings.warn(f"num_turns={cfg.num_turns} in the config does not apply to this env, which plays "
+                          f"{self.env.num_turns} turn(s); set it on the env (comlrl_env.make(id, num_turns=...)). "
+                          "The run records the env's count as env_num_turns.", stacklevel=2)
         has_eval = eval_env is not None or eval_dataset is not None
         self.eval_env = data.build_env(eval_env, eval_dataset, what="eval_env", **task) if has_eval else self.env
         self.num_agents = count
@@ -155,6 +160,9 @@ class Learner(abc.ABC):
         self.epoch = 0
         self.batch_in_epoch = 0
         self.rollouts_done = 0
+        self.optimizer_steps = 0  # per agent: one per minibatch of every update
+        self.completions_sampled = 0  # per agent, in training rollouts
+        self.last_rollout: Rollout | None = None
         self.flat_rollouts = 0  # rollouts in a row in which no group's returns differed
         main = self.dist.is_main  # only rank 0 writes files, opens wandb and shows a bar
         self.logger = RunLogger(cfg.output_dir if main else None, wandb_config if main else None,
@@ -228,6 +236,10 @@ class Learner(abc.ABC):
                     self.batch_in_epoch += 1
                     self.rollouts_done += 1
                     metrics["train/epoch"] = self.epoch + self.batch_in_epoch / len(batches)
+                    metrics["train/optimizer_steps"] = float(self.optimizer_steps)
+                    metrics["train/completions"] = float(self.completions_sampled)
+                    if cfg.log_completions_steps and self.rollouts_done % cfg.log_completions_steps == 0:
+                        self.logger.log_completions(completion_rows(self.last_rollout), self.env_steps)
                     logged = metrics if self.rollouts_done % cfg.logging_steps == 0 else {}
                     self.logger.log(logged, self.env_steps, advance=1)
                     last = metrics
@@ -271,60 +283,16 @@ class Learner(abc.ABC):
         if self.relabel is not None:
             rollout = self.relabel(rollout)
         self.env_steps += int(self.dist.sum(rollout.num_joint_actions))
+        self.completions_sampled += int(self.dist.sum(rollout.num_samples))
+        self.last_rollout = rollout
         return rollout
 
     # ----- evaluation ------------------------------------------------------------
 
     def evaluate(self, num_eval_samples: int | None = None, greedy: bool | None = None) -> dict[str, float]:
-        """Play `num_eval_samples` episodes with one sample per agent per turn; return `eval/*` metrics.
-
-        Metrics: `eval/reward_mean` (mean episode return over agents), `eval/agent_{i}/return_mean`,
-        `eval/turn_{t}/reward_mean`, `eval/turn_{t}/expected_return`, `eval/invalid_action_rate`, and
-        `eval/<key>` from `eval_logger` + `eval_aggregator`. Always the task reward (never `relabel`).
-        """
-        cfg = self.args
-        n = cfg.eval_num_samples if num_eval_samples is None else num_eval_samples
-        greedy = cfg.eval_greedy if greedy is None else greedy
-        if n <= 0 or not self.dist.is_main:  # under torchrun rank 0 evaluates; the others go on
-            return {}
-        env = self.eval_env
-        order = self.epoch_order(env, epoch=-1, limit=n, shuffle=False)
-        episode_returns, turn_rewards, turn_returns, invalid, joints = [], {}, {}, 0.0, 0
-        completions: list[list[list[str]]] = [[[] for _ in range(n)] for _ in range(self.num_agents)]
-        items, first_prompts = [], []
-        bar = tqdm(total=n, desc="eval", disable=not (cfg.verbose and self.dist.is_main), leave=False,
-                   dynamic_ncols=True)
-        for start in range(0, n, cfg.eval_batch_size):
-            roots = data.reset_roots(env, order[start:start + cfg.eval_batch_size])
-            items += [r.task.get("item", r.task) if isinstance(r.task, dict) else r.task for r in roots]
-            first_prompts += [r.observe(r.possible_agents[0]) for r in roots]
-            rollout = self.engine.collect(roots, 1, "parallel", "aligned", cfg.discount, greedy=greedy)
-            episode_returns.append(rollout.episode_returns)
-            invalid += float(rollout.invalid_actions.sum())
-            joints += rollout.num_joint_actions
-            for t in rollout.turn.unique().tolist():
-                at = rollout.turn == t
-                turn_rewards.setdefault(t, []).append(rollout.rewards[:, at])
-                turn_returns.setdefault(t, []).append(rollout.returns[:, at])
-            for a in range(self.num_agents):
-                for row in range(rollout.num_samples):
-                    completions[a][start + int(rollout.task[row])].append(rollout.samples[a].completions[row])
-            bar.update(len(roots))
-        bar.close()
-        returns = torch.cat(episode_returns, 1)  # (A, n)
-        metrics = {"eval/reward_mean": float(returns.mean())}
-        for a in range(self.num_agents):
-            metrics[f"eval/agent_{a}/return_mean"] = float(returns[a].mean())
-        for t in sorted(turn_rewards):
-            metrics[f"eval/turn_{t + 1}/reward_mean"] = float(torch.cat(turn_rewards[t], 1).mean())
-            metrics[f"eval/turn_{t + 1}/expected_return"] = float(torch.cat(turn_returns[t], 1).mean())
-        metrics["eval/invalid_action_rate"] = invalid / max(joints * self.num_agents, 1)
-        if self.eval_logger is not None:
-            rows = self.eval_logger(agent_completions_turns=completions, batch_items=items, prompts=first_prompts)
-            extra = self.eval_aggregator(rows, num_turns=cfg.num_turns)
-            metrics.update({f"eval/{k}": float(v) for k, v in extra.items()})
-        self.logger.log(metrics, self.env_steps)
-        return metrics
+        """Play `num_eval_samples` episodes of `eval_env` with one sample per agent per turn, always under the
+        task reward; log and return the `eval/*` metrics (see `learners.evaluation.evaluate`)."""
+        return evaluate(self, num_eval_samples, greedy)
 
     # ----- export ---------------------------------------------------------------
 
@@ -406,11 +374,14 @@ class Learner(abc.ABC):
         return list(self.optimizers), list(self.schedulers)
 
     def extra_state(self) -> dict[str, Any]:
-        """Learner-specific state (tensors, numbers, strings) for checkpoints: here, the wrapper's."""
-        return {"wrapper": self.wrapper.state_dict()} if self.wrapper is not None else {}
+        """Learner-specific state (tensors, numbers, strings) for checkpoints: the step and completion
+        counters, and the wrapper's state."""
+        state: dict[str, Any] = {"counters": [self.optimizer_steps, self.completions_sampled]}
+        return {**state, "wrapper": self.wrapper.state_dict()} if self.wrapper is not None else state
 
     def load_extra_state(self, state: dict[str, Any]) -> None:
-        """Restore what `extra_state()` returned."""
+        """Restore what `extra_state()` returned (older checkpoints have no counters: they restart at 0)."""
+        self.optimizer_steps, self.completions_sampled = state.get("counters", [0, 0])
         if self.wrapper is not None and "wrapper" in state:
             self.wrapper.load_state_dict(state["wrapper"])
 
@@ -440,6 +411,7 @@ class Learner(abc.ABC):
         size = self.args.train_batch_size // self.dist.world_size if self.args.train_batch_size else max(n, 1)
         chunks = data.minibatch_order(n, size, self.args.seed, self.rollouts_done, pass_index)
         steps = self.dist.max(len(chunks))
+        self.optimizer_steps += steps  # each minibatch is one optimizer step of every model
         return chunks + [torch.zeros(0, dtype=torch.long)] * (steps - len(chunks))
 
     def old_logprobs(self, a: int, rollout: Rollout) -> torch.Tensor:

@@ -212,6 +212,9 @@ class LearnerConfig(metaclass=ConfigMeta):
     """Greedy decoding in evaluation (the reference could only sample)."""
     logging_steps: int = 1
     """Log training metrics every this many rollouts."""
+    log_completions_steps: int | None = None
+    """Every this many rollouts, log a few sampled joint answers (state, each agent's completion, rewards) to
+    `output_dir/completions.jsonl` and, with wandb, as a wandb Table; None: never."""
     output_dir: str | None = None
     """Where `metrics.jsonl` is written; None writes no file."""
     verbose: bool = True
@@ -221,7 +224,7 @@ class LearnerConfig(metaclass=ConfigMeta):
         check_positive(self, "num_train_epochs", "agent_learning_rate", "num_turns", "max_new_tokens",
                        "rollout_buffer_size", "logging_steps", "eval_batch_size")
         check_positive(self, "num_agents", "train_batch_size", "episodes_per_epoch", "max_prompt_length",
-                       "top_k", allow_none=True)
+                       "top_k", "log_completions_steps", allow_none=True)
         for name in ("eval_interval", "eval_num_samples", "warmup_steps"):
             if getattr(self, name) < 0:
                 raise ValueError(f"{name} must be >= 0, got {getattr(self, name)}.")

@@ -114,6 +114,21 @@ class RunLogger:
                 self._bar.set_postfix(_bar_summary(clean), refresh=False)
             self._bar.update(advance)
 
+    def log_completions(self, rows: list[dict[str, Any]], step: int) -> None:
+        """Record sampled joint answers (`learners.metrics.completion_rows`): one JSONL line each in
+        `output_dir/completions.jsonl`, and a wandb Table."""
+        if self.output_dir is not None:
+            with open(os.path.join(self.output_dir, "completions.jsonl"), "a", encoding="utf-8") as f:
+                for row in rows:
+                    f.write(json.dumps({"run_id": self.run_id, "step": step, **row}) + "\n")
+        if self.run is not None:
+            import wandb
+
+            table = wandb.Table(columns=["step", "state", "completions", "rewards"],
+                                data=[[step, r["state"], json.dumps(r["completions"]), json.dumps(r["rewards"])]
+                                      for r in rows])
+            self.run.log({"completions": table}, step=step)
+
     def close(self) -> None:
         """Close the bar and the JSONL file, and finish the wandb run."""
         if self._bar is not None:

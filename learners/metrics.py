@@ -12,7 +12,7 @@ import torch
 
 from learners.rollout import Rollout
 
-__all__ = ["MeanMetrics", "rollout_metrics", "zero_std_fraction"]
+__all__ = ["MeanMetrics", "completion_rows", "rollout_metrics", "zero_std_fraction"]
 
 
 class MeanMetrics:
@@ -80,3 +80,10 @@ def zero_std_fraction(returns: torch.Tensor, group: torch.Tensor) -> float | Non
               - torch.full((R.shape[0], G), float("inf")).scatter_reduce(1, index.expand_as(R), R, "amin"))
     flat = (spread == 0)[:, sizes > 1]
     return float(flat.float().mean())
+
+
+def completion_rows(rollout: Rollout, limit: int = 4) -> list[dict]:
+    """The first `limit` joint answers of a rollout, for reading: the joint state each agent acted on, each
+    agent's completion and reward."""
+    return [{"state": rollout.states[s], "completions": [batch.completions[s] for batch in rollout.samples],
+             "rewards": rollout.rewards[:, s].tolist()} for s in range(min(limit, rollout.num_samples))]

@@ -76,3 +76,24 @@ def test_learn_returns_training_and_evaluation_metrics(tiny_dir):
                      args=MAGRPOConfig(**{**FAST, "eval_interval": 1, "eval_num_samples": 2}))
     summary = learner.learn()
     assert {"train/reward_mean", "train/agent_0/loss", "eval/reward_mean"} <= set(summary)
+
+
+def test_optimizer_steps_and_completions_are_counted_apart_and_samples_are_logged(tiny_dir, tmp_path):
+    """step counted samples (joint actions) only; optimizer steps and sampled completions are now their own
+    metrics, and sampled answers can be read in completions.jsonl."""
+    learner = MAGRPO(agent_model=tiny_dir, num_agents=2, reward_func=spaces, train_dataset=data,
+                     args=MAGRPOConfig(**{**FAST, "num_train_epochs": 2}, rollout_buffer_size=2, train_batch_size=1,
+                                       output_dir=str(tmp_path), log_completions_steps=1))
+    summary = learner.learn()
+    # 2 epochs x 1 rollout (2 prompts x 2 samples); each rollout: 2 groups in minibatches of 1 -> 2 steps.
+    assert summary["train/optimizer_steps"] == 4 and summary["train/completions"] == 8
+    rows = [json.loads(line) for line in (tmp_path / "completions.jsonl").read_text().splitlines()]
+    assert len(rows) == 8 and rows[0]["run_id"] == learner.run_id  # up to 4 joint answers per logged rollout
+    assert len(rows[0]["completions"]) == 2 and len(rows[0]["rewards"]) == 2 and "Question" in rows[0]["state"]
+
+
+def test_a_config_turn_count_an_env_ignores_is_warned_about(tiny_dir):
+    """num_turns in the config was silently ignored by a registered env with its own turn count."""
+    with pytest.warns(UserWarning, match="num_turns=3 in the config does not apply to this env, which plays 4"):
+        MAGRPO(env="coop/GuessNumber-v1", agent_model=tiny_dir, num_agents=2,
+               args=MAGRPOConfig(**FAST, num_turns=3))
