@@ -166,7 +166,8 @@ class Learner(abc.ABC):
         self.flat_rollouts = 0  # rollouts in a row in which no group's returns differed
         main = self.dist.is_main  # only rank 0 writes files, opens wandb and shows a bar
         self.logger = RunLogger(cfg.output_dir if main else None, wandb_config if main else None,
-                                self._run_config(), cfg.verbose and main, run_id=self.run_id)
+                                self._run_config(), cfg.verbose and main, run_id=self.run_id,
+                                tensorboard="tensorboard" in (cfg.report_to or ()))
 
     # ----- what a learner writes -------------------------------------------------
 
@@ -310,6 +311,7 @@ class Learner(abc.ABC):
             "library_version": LIBRARY_VERSION,
             "num_agents": self.num_agents,
             "agent_sources": self.agent_names,
+            "env_num_turns": self.env.num_turns,
             "config": dataclasses.asdict(self.args),
         }
         with open(os.path.join(output_dir, "comlrl_env.json"), "w", encoding="utf-8") as f:

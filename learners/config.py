@@ -71,8 +71,6 @@ def _unknown_field_message(cls: type, name: str, known: set[str]) -> str:
     other = OTHER_NAMES.get(name)
     if other in known:
         hint = f"did you mean {other!r}? ({name!r} is TRL's or Stable-Baselines3's name for it)"
-    elif name == "report_to":
-        hint = "logging goes to metrics.jsonl (output_dir) and, with the learner's wandb_config=..., to wandb"
     else:
         close = difflib.get_close_matches(name, sorted(known), n=3, cutoff=0.6)
         hint = f"did you mean {' or '.join(map(repr, close))}?" if close else "see docs/config.md for every field"
@@ -217,6 +215,10 @@ class LearnerConfig(metaclass=ConfigMeta):
     `output_dir/completions.jsonl` and, with wandb, as a wandb Table; None: never."""
     output_dir: str | None = None
     """Where `metrics.jsonl` is written; None writes no file."""
+    report_to: str | list[str] | None = None
+    """More metric sinks, as TRL's `report_to`: "tensorboard" writes event files to
+    `output_dir/tensorboard/<run_id>/` (needs `comlrl-env[tensorboard]`); wandb is set with the learner's
+    `wandb_config=`; None or "none": only metrics.jsonl and the progress bar."""
     verbose: bool = True
     """Show the progress bar."""
 
@@ -238,6 +240,14 @@ class LearnerConfig(metaclass=ConfigMeta):
         if self.mixed_precision not in (None, "bf16"):
             raise ValueError(f"mixed_precision must be None or 'bf16', got {self.mixed_precision!r}.")
         canonicalize(self, "parallel_training", ("none", "mp"))
+        sinks = [] if self.report_to in (None, "none") else [self.report_to] if isinstance(self.report_to, str) \
+            else list(self.report_to)
+        unknown = [s for s in sinks if s not in ("tensorboard", "wandb")]
+        if unknown:
+            raise ValueError(f"report_to {unknown} is not supported; use 'tensorboard' (wandb: the learner's "
+                             "wandb_config=...).")
+        if "tensorboard" in sinks and self.output_dir is None:
+            raise ValueError("report_to='tensorboard' writes into output_dir: set output_dir=...")
         if self.reference_kl_coef < 0:
             raise ValueError(f"reference_kl_coef must be >= 0, got {self.reference_kl_coef}.")
         if self.max_grad_norm is not None and self.max_grad_norm <= 0:

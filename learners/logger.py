@@ -1,4 +1,5 @@
-"""Run logging: a tqdm progress bar with the live reward, loss and KL, a JSONL metrics file, and wandb.
+"""Run logging: a tqdm progress bar with the live reward, loss and KL, a JSONL metrics file, wandb and
+TensorBoard (`report_to="tensorboard"`).
 
 Every JSONL row carries the run's `run_id` and `step` (joint actions played so far), so runs that append to
 one `output_dir/metrics.jsonl` (a second run, or a resume, which keeps its run id) stay apart.
@@ -44,6 +45,7 @@ class RunLogger:
         run_config: dict[str, Any],
         verbose: bool = True,
         run_id: str | None = None,
+        tensorboard: bool = False,
     ) -> None:
         if wandb_config is not None:
             if not isinstance(wandb_config, dict):
@@ -56,6 +58,8 @@ class RunLogger:
         self.run_config = run_config
         self.verbose = verbose
         self.run_id = run_id  # on every JSONL row: runs appending to one output_dir stay apart
+        self.tensorboard = tensorboard and output_dir is not None
+        self.writer: Any = None  # TensorBoard's SummaryWriter while a run is open
         self.run: Any = None
         self._bar: Any = None
         self._file: Any = None
@@ -83,6 +87,10 @@ class RunLogger:
         if self.output_dir is not None:
             os.makedirs(self.output_dir, exist_ok=True)
             self._file = open(os.path.join(self.output_dir, "metrics.jsonl"), "a", encoding="utf-8")
+        if self.tensorboard and self.writer is None:
+            from torch.utils.tensorboard import SummaryWriter  # needs the tensorboard package
+
+            self.writer = SummaryWriter(os.path.join(self.output_dir, "tensorboard", str(self.run_id)))
         if self.wandb_config is not None and self.run is None:
             cfg = dict(self.wandb_config)
             sections = cfg.pop("config_sections", None) or {}
@@ -109,6 +117,9 @@ class RunLogger:
             self._file.flush()
         if self.run is not None:
             self.run.log(clean, step=step)
+        if self.writer is not None:
+            for name, value in clean.items():
+                self.writer.add_scalar(name, value, step)
         if self._bar is not None:
             if "train/reward_mean" in clean:
                 self._bar.set_postfix(_bar_summary(clean), refresh=False)
@@ -137,6 +148,9 @@ class RunLogger:
         if self._file is not None:
             self._file.close()
             self._file = None
+        if self.writer is not None:
+            self.writer.close()
+            self.writer = None
         if self.run is not None:
             self.run.finish()
             self.run = None

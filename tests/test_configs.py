@@ -45,7 +45,7 @@ def test_every_config_field_has_a_docstring(config):
     (IACConfig, "vf_coef", "did you mean 'value_loss_coef'?"),
     (MAGRPOConfig, "num_generation", "did you mean 'num_generations'"),
     (MARLHFConfig, "reward_lr", "did you mean 'reward_learning_rate'"),
-    (MAGRPOConfig, "report_to", "metrics.jsonl"),
+    (MAGRPOConfig, "eval_steps", "did you mean 'eval_interval'?"),
 ])
 def test_an_unknown_field_names_itself_and_the_fix(config, field, hint):
     """A TRL user's `learning_rate=` used to fail with a bare "unexpected keyword argument"."""

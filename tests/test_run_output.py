@@ -97,3 +97,18 @@ def test_a_config_turn_count_an_env_ignores_is_warned_about(tiny_dir):
     with pytest.warns(UserWarning, match="num_turns=3 in the config does not apply to this env, which plays 4"):
         MAGRPO(env="coop/GuessNumber-v1", agent_model=tiny_dir, num_agents=2,
                args=MAGRPOConfig(**FAST, num_turns=3))
+
+
+def test_report_to_tensorboard_writes_every_logged_metric(tiny_dir, tmp_path):
+    from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
+
+    learner = MAGRPO(agent_model=tiny_dir, num_agents=2, reward_func=spaces, train_dataset=data,
+                     args=MAGRPOConfig(**FAST, output_dir=str(tmp_path), report_to="tensorboard"))
+    learner.learn()
+    events = EventAccumulator(str(tmp_path / "tensorboard" / learner.run_id))
+    events.Reload()
+    assert {"train/reward_mean", "train/agent_0/loss"} <= set(events.Tags()["scalars"])
+    with pytest.raises(ValueError, match="report_to='tensorboard' writes into output_dir"):
+        MAGRPOConfig(report_to="tensorboard")
+    with pytest.raises(ValueError, match=r"report_to \['mlflow'\] is not supported"):
+        MAGRPOConfig(report_to=["mlflow"], output_dir=str(tmp_path))
