@@ -104,3 +104,12 @@ def test_the_ci_is_the_normal_half_width_over_episodes():
     assert m["reward_ci95"] == pytest.approx(1.96 * std / 2) and m["episodes"] == 4.0
     twice = evaluate_policy(Graded(), empty_policy, episodes=4, samples_per_task=2)
     assert twice["episodes"] == 8.0 and twice["reward_ci95"] < m["reward_ci95"]
+
+
+def test_samples_per_task_gives_pass_at_k():
+    class Lucky(Graded):
+        metadata = {**Graded.metadata, "success_threshold": 2.5}  # only task 3 (return 3) succeeds
+
+    once, twice = (evaluate_policy(Lucky(), empty_policy, episodes=4, samples_per_task=k) for k in (1, 2))
+    assert once["success_rate"] == 0.25 and "pass_at_k" not in once
+    assert twice["pass_at_k"] == 0.25 and twice["episodes"] == 8.0

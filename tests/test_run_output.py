@@ -112,3 +112,12 @@ def test_report_to_tensorboard_writes_every_logged_metric(tiny_dir, tmp_path):
         MAGRPOConfig(report_to="tensorboard")
     with pytest.raises(ValueError, match=r"report_to \['mlflow'\] is not supported"):
         MAGRPOConfig(report_to=["mlflow"], output_dir=str(tmp_path))
+
+
+def test_evaluation_shows_a_progress_bar(tiny_dir, capfd):
+    """evaluate() used to run in silence (about 1.5 minutes with SmolLM2)."""
+    learner = MAGRPO(agent_model=tiny_dir, num_agents=2, reward_func=spaces, train_dataset=data,
+                     args=MAGRPOConfig(**{**FAST, "verbose": True, "eval_num_samples": 2}))
+    capfd.readouterr()
+    learner.evaluate()
+    assert "eval" in capfd.readouterr().err
