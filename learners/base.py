@@ -267,10 +267,10 @@ class Learner(abc.ABC):
         self.flat_rollouts = self.flat_rollouts + 1 if flat else 0
         if self.flat_rollouts == NO_SIGNAL_ROLLOUTS:
             warnings.warn(
-                f"for {NO_SIGNAL_ROLLOUTS} rollouts in a row every group's samples got the same return, so every "
-                "advantage was 0 and nothing was learned (metric train/frac_reward_zero_std = 1). A sparse reward "
-                "the agents never reach gives no signal: use a denser reward, more num_generations, or a higher "
-                "temperature.", stacklevel=3)
+                f"for {NO_SIGNAL_ROLLOUTS} rollouts in a row every group's samples got the same return, so the "
+                "reward told no answer from another (group-relative advantages were all 0; metric "
+                "train/frac_reward_zero_std = 1). A sparse reward the agents never reach gives no signal: use a "
+                "denser reward, more num_generations, or a higher temperature.", stacklevel=3)
 
     def train(self, *args: Any, **kwargs: Any) -> dict[str, float]:
         """Alias of `learn()` (the seed system's name)."""

@@ -37,8 +37,7 @@ def evaluate(learner: "Learner", num_eval_samples: int | None = None, greedy: bo
     episode_returns, turn_rewards, turn_returns, invalid, joints = [], {}, {}, 0.0, 0
     completions: list[list[list[str]]] = [[[] for _ in range(n)] for _ in range(learner.num_agents)]
     items, first_prompts = [], []
-    bar = tqdm(total=n, desc="eval", disable=not (cfg.verbose and learner.dist.is_main), leave=False,
-               dynamic_ncols=True)
+    bar = tqdm(total=n, desc="eval", disable=not cfg.verbose, leave=False, dynamic_ncols=True)
     for start in range(0, n, cfg.eval_batch_size):
         roots = reset_roots(env, order[start:start + cfg.eval_batch_size])
         items += [r.task.get("item", r.task) if isinstance(r.task, dict) else r.task for r in roots]

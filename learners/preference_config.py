@@ -36,8 +36,10 @@ PAIR_SELECTIONS = ("reward_gap", "random", "all")
 
 def _accepts_backend_fields(cls: type) -> type:
     """Let `cls(...)` take the policy learners' own fields flat (the reference library's spelling): they
-    are set aside before the dataclass `__init__` and merged into `policy_args` by `__post_init__`."""
+    are set aside before the dataclass `__init__` and merged into `policy_args` by `__post_init__`
+    (`flat_fields` tells the configs' unknown-field check to accept them)."""
     init = cls.__init__
+    cls.flat_fields = BACKEND_FIELDS
 
     @functools.wraps(init)
     def __init__(self: Any, *args: Any, **kwargs: Any) -> None:
@@ -52,8 +54,6 @@ def _accepts_backend_fields(cls: type) -> type:
 @dataclasses.dataclass
 class MARLHFConfig(LearnerConfig):
     """MARLHF settings: the shared learner fields, the policy learner's config, and the preference fields."""
-
-    flat_fields = BACKEND_FIELDS  # the policy learners' own fields, accepted flat (the reference's spelling)
 
     rl_algorithm: str = "magrpo"
     """Policy learner: magrpo, mareinforce (raw), maremax (max), marloo (rloo), iac or maac."""
