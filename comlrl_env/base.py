@@ -1,7 +1,10 @@
 """`TextParallelEnv`: the PettingZoo parallel environment every task subclasses.
 
 Observations and actions are `str`. One episode is one task instance played
-for up to `num_turns` turns; every live agent acts at every turn. A subclass
+for up to `num_turns` turns; every live agent acts at every turn, unless the
+task takes turns: then `to_move()` names the agents whose action counts now
+(`infos[agent]["to_move"]` says the same), the others' text is ignored, and
+learners neither sample nor train those agents at that step. A subclass
 writes three methods and the base does the rest (seeding, histories, turn
 limits, clipping, malformed-action handling, `observe()`, `state()`, `clone()`, `render()`):
 
@@ -196,6 +199,14 @@ class TextParallelEnv(ParallelEnv[AgentID, str, str], metaclass=abc.ABCMeta):
                 return True
         return False
 
+    def to_move(self) -> list[AgentID]:
+        """The live agents whose action counts at this step; the others' text is ignored.
+
+        Every live agent by default. A turn-taking task overrides it (a board game: the player on move);
+        rollouts ask only these agents to generate, and train only on their steps.
+        """
+        return list(self.agents)
+
     def flag_invalid(self, agent: AgentID, reason: str) -> None:
         """Report that `agent`'s action could not be parsed (a game outcome, not an error)."""
         self._step_infos.setdefault(agent, {}).setdefault("invalid_action", reason)  # the first reason wins
@@ -273,6 +284,8 @@ class TextParallelEnv(ParallelEnv[AgentID, str, str], metaclass=abc.ABCMeta):
         truncations = {a: bool(truncated) for a in self.agents}
         if done:
             self.agents = []
+            for info in infos.values():
+                info["to_move"] = False
         return observations, rewards, terminations, truncations, infos
 
     def observe(self, agent: AgentID) -> str:
@@ -360,6 +373,7 @@ class TextParallelEnv(ParallelEnv[AgentID, str, str], metaclass=abc.ABCMeta):
         info = dict(self._step_infos.get(agent, {}))
         info["turn"] = self.turn
         info["task_index"] = self.task_index
+        info["to_move"] = agent in self.to_move() if self.agents else False
         info["prompt_history"] = list(self.prompt_history.get(agent, []))
         info["response_history"] = list(self.response_history.get(agent, []))
         return info
