@@ -9,12 +9,14 @@ from learners.checkpoint import (
     read_checkpoint_metadata,
     save_checkpoint,
 )
+from learners.fixed import Frozen
 from learners.preference import MARLHF, MARLHFConfig, MARLHFIter, MARLHFIterConfig, MARLHFIterTrainer, MARLHFTrainer
 from learners.reinforce import MAGRPO, MAGRPOConfig, MAGRPOTrainer
 from learners.rollout import GenerationSettings, Rollout, RolloutEngine, SampleBatch
 
 __all__ = [
     "CheckpointError",
+    "Frozen",
     "GenerationSettings",
     "IAC",
     "IACConfig",

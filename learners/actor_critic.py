@@ -238,8 +238,8 @@ class ActorCritic(Learner):
                    old_logprobs: list[torch.Tensor] | None) -> dict[str, float]:
         """One optimizer step of actor `a` on the samples `idx` (`adv`: `(A, S)`)."""
         old = None if old_logprobs is None else old_logprobs[a]
-        metrics = policy_step(self.agents[a], self.optimizers[a], rollout.samples[a], idx, adv[a], old, self.args,
-                              self.dist)
+        metrics = policy_step(self.agents[a], self.optimizers[a], rollout.samples[a], rollout.acting(a, idx), adv[a],
+                              old, self.args, self.dist)
         return {f"train/agent_{a}/{name}": value for name, value in metrics.items()}
 
     def critic_step(self, c: int, rollout: Rollout, idx: torch.Tensor, old_values: torch.Tensor,
@@ -377,17 +377,25 @@ class IAC(ActorCritic):
     def shared_step(self, a: int, rollout: Rollout, idx: torch.Tensor, adv: torch.Tensor,
                     old_logprobs: list | None, old_values: torch.Tensor, targets: torch.Tensor) -> dict[str, float]:
         """One optimizer step of actor `a` and its value head: one forward gives log-probs and values, and the
-        loss is policy loss + value_loss_coef * value loss."""
+        loss is policy loss + value_loss_coef * value loss.
+
+        The value loss averages over all rows of `idx`, the policy loss over the rows at which the agent was
+        to move (turn-taking): their advantages are scaled by |idx| / |acting rows| and the others' set to 0,
+        which is exact because the clipped surrogate is positively homogeneous in the advantage.
+        """
         cfg: IACConfig = self.args
         model, optimizer = self.agents[a], self.optimizers[a]
+        acting = len(rollout.acting(a, idx))
+        weight = (torch.ones(rollout.num_samples) if rollout.acted is None
+                  else rollout.acted[a].float() * (len(idx) / max(acting, 1)))
 
         def loss_fn(micro: torch.Tensor) -> tuple[torch.Tensor, ...]:
             batch = rollout.samples[a].select(micro)
             values, logprobs = self.values(a, batch, with_logprobs=True)
             critic_loss = self.value_terms(a, micro, values, old_values, targets)
             old = None if old_logprobs is None else old_logprobs[a][micro]
-            actor_loss, *stats = policy_terms(logprobs, old, adv[a, micro], batch.completion_mask, cfg.clip_range,
-                                              cfg.length_normalization)
+            actor_loss, *stats = policy_terms(logprobs, old, adv[a, micro] * weight[micro], batch.completion_mask,
+                                              cfg.clip_range, cfg.length_normalization)
             return actor_loss + cfg.value_loss_coef * critic_loss, actor_loss, critic_loss, *stats
 
         optimizer.zero_grad(set_to_none=True)
@@ -433,8 +441,7 @@ class MAAC(ActorCritic):
         """The critic's input: env.state() (V), plus the sampled joint action (Q), as the reward model reads it."""
         texts = [rollout.states[i] for i in idx.tolist()]
         if self.args.critic_type == "q":
-            texts = [joint_text(t, [rollout.samples[a].completions[i] for a in range(self.num_agents)])
-                     for t, i in zip(texts, idx.tolist())]
+            texts = [joint_text(t, rollout.joint_action(i)) for t, i in zip(texts, idx.tolist())]
         return texts
 
     def joint_values(self, texts: list[str]) -> torch.Tensor:

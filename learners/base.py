@@ -41,6 +41,7 @@ from learners.checkpoint_manager import CheckpointManager
 from learners.config import LearnerConfig
 from learners.distributed import Distributed
 from learners.evaluation import evaluate
+from learners.fixed import Frozen, split_seats
 from learners.fingerprints import data_fingerprint
 from learners.logger import RunLogger
 from learners.lora import attach_adapters
@@ -98,7 +99,8 @@ class Learner(abc.ABC):
         cfg = self.args
         if (eval_logger is None) != (eval_aggregator is None):
             raise ValueError("eval_logger and eval_aggregator work together: pass both or neither.")
-        count = agent_count(num_agents, agents, cfg.num_agents)
+        count = agent_count(num_agents, agents, cfg.num_agents)  # seats, fixed ones included
+        agents, self.fixed, tokenizer = split_seats(agents, tokenizer)
         self.dist = Distributed.from_env()
         task = dict(reward_func=reward_func, num_agents=count, formatters=formatters, transition=external_transition,
                     reward_processor=reward_processor, cfg=cfg)
@@ -114,7 +116,9 @@ class Learner(abc.ABC):
                           "The run records the env's count as env_num_turns.", stacklevel=2)
         has_eval = eval_env is not None or eval_dataset is not None
         self.eval_env = data.build_env(eval_env, eval_dataset, what="eval_env", **task) if has_eval else self.env
-        self.num_agents = count
+        self.num_seats = count
+        self.num_agents = count - len(self.fixed)  # the trained agents
+        count = self.num_agents
         self.reward_func = reward_func
         self.callbacks = list(callbacks or [])
         self.eval_logger, self.eval_aggregator = eval_logger, eval_aggregator
@@ -148,7 +152,10 @@ class Learner(abc.ABC):
                                      for m, d in zip(self.agents, devices)]
         self.schedule_epochs: int | None = None  # LR schedule length; None: num_train_epochs (MARLHFIter: the run's)
         self._setup_models()
-        self.engine = RolloutEngine(self.agents, self.tokenizers, cfg.generation_settings())
+        for policy in self.fixed.values():
+            if isinstance(policy, Frozen):
+                policy.prepare(cfg.generation_settings(), self.devices[0], self.model_config)
+        self.engine = RolloutEngine(self.agents, self.tokenizers, cfg.generation_settings(), self.fixed)
         self.optimizers = [adamw(m.parameters(), cfg.agent_learning_rate, cfg.weight_decay) for m in self.agents]
         self.schedulers = [self._scheduler(o) for o in self.optimizers]
         self.relabel: Callable[[Rollout], Rollout] | None = None  # MARLHF: its reward model's scores as rewards
@@ -311,6 +318,7 @@ class Learner(abc.ABC):
             "library_version": LIBRARY_VERSION,
             "num_agents": self.num_agents,
             "agent_sources": self.agent_names,
+            **self._seat_record(),
             "env_num_turns": self.env.num_turns,
             "config": dataclasses.asdict(self.args),
         }
@@ -460,4 +468,12 @@ class Learner(abc.ABC):
         """What the run logs as its settings: the config, plus the env's own turn count (which a registered
         env sets itself, whatever `num_turns` the config holds)."""
         return {"learner": type(self).__name__, "num_agents": self.num_agents, **dataclasses.asdict(self.args),
-                "env_num_turns": self.env.num_turns}
+                "env_num_turns": self.env.num_turns, **self._seat_record()}
+
+    def _seat_record(self) -> dict[str, Any]:
+        """Which env seat each trained agent plays, and what plays the fixed seats (empty without any)."""
+        if not self.fixed:
+            return {}
+        seats = self.env.possible_agents
+        return {"trained_seats": [seats[s] for s in range(self.num_seats) if s not in self.fixed],
+                "fixed_seats": {seats[s]: policy.describe() for s, policy in sorted(self.fixed.items())}}

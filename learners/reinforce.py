@@ -38,6 +38,7 @@ __all__ = [
     "MAGRPOConfig",
     "MAGRPOTrainer",
     "POLICY_STATS",
+    "acting_advantages",
     "group_relative_advantages",
     "policy_loss",
     "policy_stats",
@@ -123,6 +124,21 @@ def group_relative_advantages(
     return adv
 
 
+def acting_advantages(returns: torch.Tensor, rollout: Rollout, mode: str = "mean",
+                      normalize: bool = True) -> torch.Tensor:
+    """`group_relative_advantages` of `returns` `(A, S)`, with each agent's groups holding only the rows at
+    which it was to move (`rollout.acted`; turn-taking tasks). Its other rows get advantage 0: they hold no
+    sampled token and are not trained on. Without turn-taking this is `group_relative_advantages` itself."""
+    if rollout.acted is None or bool(rollout.acted.all()):
+        return group_relative_advantages(returns, rollout.group, mode, normalize)
+    out = torch.zeros(returns.shape, dtype=torch.float32)
+    for a in range(returns.shape[0]):
+        rows = rollout.acted[a]
+        if bool(rows.any()):
+            out[a, rows] = group_relative_advantages(returns[a:a + 1, rows], rollout.group[rows], mode, normalize)[0]
+    return out
+
+
 class MAGRPO(Learner):
     """Multi-agent GRPO on environment rollouts; see the module docstring for the objective."""
 
@@ -154,7 +170,7 @@ class MAGRPO(Learner):
         kl = (reference_kl(self.reference_models, rollout.samples, old, cfg.logprob_temperature)
               if cfg.reference_kl_enabled else None)
         returns = rollout.returns if kl is None else rollout.returns - cfg.reference_kl_coef * kl
-        advantages = group_relative_advantages(returns, rollout.group, cfg.advantage_mode, cfg.advantage_normalization)
+        advantages = acting_advantages(returns, rollout, cfg.advantage_mode, cfg.advantage_normalization)
         metrics = self.update(rollout, advantages, chunks, old)
         metrics["perf/seconds_update"] = time.perf_counter() - t0
         metrics.update(rollout_metrics(rollout, advantages, kl))
@@ -178,7 +194,8 @@ class MAGRPO(Learner):
         (torchrun: this rank has no groups left) joins the other ranks' step with zero gradients."""
         means = MeanMetrics()
         for idx in chunks:
-            means.add(policy_step(self.agents[a], self.optimizers[a], rollout.samples[a], idx, advantages[a],
+            means.add(policy_step(self.agents[a], self.optimizers[a], rollout.samples[a], rollout.acting(a, idx),
+                                  advantages[a],
                                   None if old is None else old[a], self.args, self.dist))
         return {f"train/agent_{a}/{name}": value for name, value in means.means().items()}
 

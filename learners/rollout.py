@@ -14,6 +14,12 @@ instances (environments already reset) to the end:
   exactly what was sampled, even when a prompt contains the pad or EOS id;
 - joint actions are `aligned` (sample k of every agent forms joint action k)
   or `cross` (the Cartesian product of the agents' samples, tree mode only);
+- turn-taking: only the agents an env names in `to_move()` generate at a node;
+  the others' rows hold their prompt and no sampled token (`Rollout.acted` is
+  False there) and learners never train on them;
+- fixed seats (`comlrl_env.policies.FixedPolicy`: bots, scripted players,
+  `learners.Frozen` models) act where they are to move and are never trained:
+  the `Rollout`'s per-agent fields cover the trained agents only;
 - rollout modes: `tree` (each live node expands into one child per joint
   action; siblings form a group, as in the seed system) or `parallel` (K
   independent copies of each task instance; the live copies of one instance
@@ -31,7 +37,6 @@ that contain it.
 
 from __future__ import annotations
 
-import dataclasses
 import itertools
 import time
 from concurrent.futures import ThreadPoolExecutor
@@ -41,7 +46,9 @@ import torch
 from transformers import PreTrainedModel, PreTrainedTokenizerBase, StoppingCriteriaList
 
 from comlrl_env.base import TextParallelEnv
+from comlrl_env.policies import FixedPolicy
 from learners.config import GenerationSettings
+from learners.samples import Rollout, SampleBatch
 from learners.sampling import StopRecorder, mask_completions, sample_completions, supports_lean_sampling
 
 __all__ = [
@@ -50,92 +57,21 @@ __all__ = [
     "RolloutEngine",
     "SampleBatch",
     "distinct_accelerators",
+    "joint_combinations",
     "per_agent",
 ]
-
-
-@dataclasses.dataclass
-class SampleBatch:
-    """One agent's samples; row s of every field describes sample s."""
-
-    prompt_ids: torch.Tensor  # (S, P) left-padded prompt ids
-    prompt_mask: torch.Tensor  # (S, P) 1 on prompt tokens
-    completion_ids: torch.Tensor  # (S, T) sampled ids, right-padded with the pad id
-    completion_mask: torch.Tensor  # (S, T) 1 on sampled tokens up to and including EOS
-    completions: list[str]  # (S,) decoded completions (special tokens skipped)
-    logprobs: torch.Tensor | None = None  # (S, T) log pi of each sampled token when sampled (0 off the mask),
-    #                                       under softmax(z / GenerationSettings.logprob_temperature)
-
-    def __len__(self) -> int:
-        return len(self.completions)
-
-    def select(self, index: torch.Tensor) -> "SampleBatch":
-        """Rows `index`, with columns that are padding in every selected row trimmed away."""
-        prompt_mask = self.prompt_mask[index]
-        completion_mask = self.completion_mask[index]
-        p0 = int((prompt_mask.sum(0) > 0).int().argmax()) if prompt_mask.any() else prompt_mask.shape[1]
-        t1 = int(completion_mask.sum(1).max()) if len(index) else 0
-        return SampleBatch(
-            self.prompt_ids[index][:, p0:],
-            prompt_mask[:, p0:],
-            self.completion_ids[index][:, :t1],
-            completion_mask[:, :t1],
-            [self.completions[i] for i in index.tolist()],
-            None if self.logprobs is None else self.logprobs[index][:, :t1],
-        )
-
-    @staticmethod
-    def cat(parts: Sequence["SampleBatch"], pad_id: int) -> "SampleBatch":
-        """Concatenate rows, left-padding prompts and right-padding completions to common widths."""
-        P = max(p.prompt_ids.shape[1] for p in parts)
-        T = max(p.completion_ids.shape[1] for p in parts)
-
-        def left(x: torch.Tensor, width: int, value: int) -> torch.Tensor:
-            return torch.nn.functional.pad(x, (width - x.shape[1], 0), value=value)
-
-        def right(x: torch.Tensor, width: int, value: int) -> torch.Tensor:
-            return torch.nn.functional.pad(x, (0, width - x.shape[1]), value=value)
-
-        return SampleBatch(
-            torch.cat([left(p.prompt_ids, P, pad_id) for p in parts]),
-            torch.cat([left(p.prompt_mask, P, 0) for p in parts]),
-            torch.cat([right(p.completion_ids, T, pad_id) for p in parts]),
-            torch.cat([right(p.completion_mask, T, 0) for p in parts]),
-            [c for p in parts for c in p.completions],
-            None if any(p.logprobs is None for p in parts) else torch.cat([right(p.logprobs, T, 0) for p in parts]),
-        )
-
-
-@dataclasses.dataclass
-class Rollout:
-    """A batch of finished episodes, flattened into samples (rows shared by all agents)."""
-
-    samples: list[SampleBatch]  # (A,) one per agent, each with S rows
-    rewards: torch.Tensor  # (A, S) immediate reward of the sample's joint action(s)
-    returns: torch.Tensor  # (A, S) discounted return from the sample's joint action(s)
-    group: torch.Tensor  # (S,) group id: samples of one group start from the same state
-    turn: torch.Tensor  # (S,) turn index of the sample
-    task: torch.Tensor  # (S,) index of the task instance within the batch
-    episode_returns: torch.Tensor  # (A, B) mean undiscounted return of each task instance's episodes
-    next_index: torch.Tensor  # (S,) row of the same episode's next sample, -1 at its end (parallel mode)
-    states: list[str]  # (S,) env.state() of the sample's node before acting (joint text)
-    invalid_actions: torch.Tensor  # (A,) number of joint actions flagged invalid per agent
-    num_joint_actions: int  # env steps taken (one per joint action)
-    timings: dict[str, float]  # seconds spent generating and stepping environments
-    task_episode_returns: torch.Tensor | None = None  # (A, B) the task's returns when a reward model relabelled
-
-    @property
-    def num_samples(self) -> int:
-        return int(self.group.numel())
 
 
 class RolloutEngine:
     """Plays batches of episodes with a team of HF causal-LM agents.
 
     Args:
-        agents: One causal LM per agent (agent i acts as `env.possible_agents[i]`).
+        agents: One causal LM per trained agent; agent i acts in the i-th seat of `env.possible_agents` that
+            `fixed` does not hold.
         tokenizers: One tokenizer per agent (left padding, pad token set).
         settings: Sampling settings shared by the agents.
+        fixed: Seats (indices into `env.possible_agents`) played by fixed policies
+            (`comlrl_env.policies.FixedPolicy`): asked to act where their seat is to move, never trained.
     """
 
     def __init__(
@@ -143,10 +79,12 @@ class RolloutEngine:
         agents: Sequence[PreTrainedModel],
         tokenizers: Sequence[PreTrainedTokenizerBase],
         settings: GenerationSettings,
+        fixed: dict[int, FixedPolicy] | None = None,
     ) -> None:
         self.agents = list(agents)
         self.tokenizers = list(tokenizers)
         self.settings = settings
+        self.fixed = dict(fixed or {})
         self.concurrent = distinct_accelerators([m.device for m in self.agents])
         self.shared_base = self._shared_base()  # the PEFT model of LoRA agents that sample together, or None
 
@@ -319,8 +257,7 @@ class RolloutEngine:
             raise ValueError("joint_mode='cross' needs rollout_mode='tree' (parallel copies sample one action each).")
         K, A = num_generations, len(self.agents)
         agent_ids = list(roots[0].possible_agents)
-        if len(agent_ids) != A:
-            raise ValueError(f"the environment has {len(agent_ids)} agents but {A} models were given.")
+        seats = self.trained_seats(len(agent_ids))
         timings = {"generate": 0.0, "env": 0.0}
         if rollout_mode == "tree":
             nodes, per_node, node_task = list(roots), K, list(range(len(roots)))
@@ -330,33 +267,30 @@ class RolloutEngine:
         observations = [env.observations for env in nodes]
         levels: list[dict[str, Any]] = []
         parts: list[list[SampleBatch]] = [[] for _ in range(A)]
+        joint_actions: list[list[str]] = []
         group_offset = 0
         invalid = torch.zeros(A)
         joint_count = 0
-        turn = 0
         while nodes:
             states = [env.state() for env in nodes]  # joint text before acting (centralized critics)
+            movers = [[agent in env.to_move() for agent in agent_ids] for env in nodes]  # (nodes, seats)
             t0 = time.perf_counter()
-            batches = self.generate_turn([[obs[agent_ids[a]] for obs in observations] for a in range(A)], per_node,
-                                         greedy)
+            batches, texts = self.act_turn(nodes, observations, movers, per_node, greedy)
             timings["generate"] += time.perf_counter() - t0
             t0 = time.perf_counter()
-            if joint_mode == "cross" and A > 1:
-                combos = list(itertools.product(range(per_node), repeat=A))
-            else:
-                combos = [(k,) * A for k in range(per_node)]
             joint_node, joint_pick, joint_reward, child_of_joint = [], [], [], []
             next_nodes, next_obs, next_task = [], [], []
             for n, env in enumerate(nodes):
+                combos = joint_combinations(per_node, movers[n], joint_mode)
                 for c, combo in enumerate(combos):
                     child = env if c == len(combos) - 1 else env.clone()
-                    actions = {agent_ids[a]: batches[a].completions[n * per_node + combo[a]] for a in range(A)}
+                    actions = {agent: texts[s][n * per_node + combo[s]] for s, agent in enumerate(agent_ids)}
                     obs, rew, term, trunc, infos = child.step(actions)
                     joint_node.append(n)
-                    joint_pick.append(combo)
-                    joint_reward.append([rew[agent_ids[a]] for a in range(A)])
-                    for a in range(A):
-                        invalid[a] += "invalid_action" in infos.get(agent_ids[a], {})
+                    joint_pick.append([combo[s] for s in seats])
+                    joint_reward.append([rew[agent_ids[s]] for s in seats])
+                    for a, s in enumerate(seats):
+                        invalid[a] += "invalid_action" in infos.get(agent_ids[s], {})
                     if any(term.values()) or any(trunc.values()) or not child.agents:
                         child_of_joint.append(-1)
                     else:
@@ -369,21 +303,85 @@ class RolloutEngine:
             num_groups = len(nodes) if rollout_mode == "tree" else len(roots)
             group_of_node = torch.arange(len(nodes)) if rollout_mode == "tree" else torch.tensor(node_task)
             levels.append(dict(
-                state=[env_state for env_state in states],
+                state=states,
                 node=torch.tensor(joint_node),
-                pick=torch.tensor(joint_pick),  # (J, A) sample index within the node, per agent
-                reward=torch.tensor(joint_reward, dtype=torch.float32),  # (J, A)
+                pick=torch.tensor(joint_pick, dtype=torch.long).reshape(len(joint_node), A),  # (J, A) sample per agent
+                reward=torch.tensor(joint_reward, dtype=torch.float32).reshape(len(joint_node), A),  # (J, A)
                 child=torch.tensor(child_of_joint),
                 num_nodes=len(nodes),
                 task=torch.tensor(node_task),
                 group=group_of_node + group_offset,
+                acted=torch.tensor([[movers[n][s] for n in range(len(nodes))] for s in seats],
+                                   dtype=torch.bool).reshape(A, len(nodes)).repeat_interleave(per_node, 1),
             ))
+            joint_actions += [[texts[s][row] for s in range(len(agent_ids))] for row in range(len(nodes) * per_node)]
             group_offset += num_groups
             for a in range(A):
                 parts[a].append(batches[a])
             nodes, observations, node_task = next_nodes, next_obs, next_task
-            turn += 1
-        return self._assemble(levels, parts, per_node, discount, len(roots), invalid, joint_count, timings)
+        rollout = self._assemble(levels, parts, per_node, discount, len(roots), invalid, joint_count, timings)
+        rollout.joint_actions = joint_actions
+        return rollout
+
+    def trained_seats(self, num_seats: int) -> list[int]:
+        """The seats (indices into `env.possible_agents`) the trained agents play, in agent order."""
+        seats = [s for s in range(num_seats) if s not in self.fixed]
+        if len(seats) != len(self.agents) or any(s >= num_seats for s in self.fixed):
+            raise ValueError(f"the environment has {num_seats} agents but {len(self.agents)} models and "
+                             f"{len(self.fixed)} fixed policies were given.")
+        return seats
+
+    def act_turn(self, nodes: Sequence[TextParallelEnv], observations: list[dict[str, str]],
+                 movers: list[list[bool]], per_node: int, greedy: bool) -> tuple[list[SampleBatch], list[list[str]]]:
+        """Every seat's `per_node` actions at every node for one turn.
+
+        Returns each trained agent's `SampleBatch` (rows node-major: node n's sample k at n * per_node + k)
+        and every seat's action texts in the same row order. Only seats that are to move (`movers[n][s]`)
+        act: trained agents sample in one batched call over the nodes where they move, fixed policies are
+        asked there; elsewhere the text is "" and the agent's row holds its prompt and no sampled token.
+        """
+        agent_ids = list(nodes[0].possible_agents)
+        seats = self.trained_seats(len(agent_ids))
+        moving = [[n for n in range(len(nodes)) if movers[n][s]] for s in range(len(agent_ids))]
+        prompts = [[observations[n][agent_ids[s]] for n in moving[s]] for s in seats]
+        if all(prompts):
+            generated = self.generate_turn(prompts, per_node, greedy)
+        else:
+            generated = [self.generate(a, p, per_node, greedy) if p else None for a, p in enumerate(prompts)]
+        batches = [self._with_idle_rows(a, generated[a], moving[s], [observations[n][agent_ids[s]] for n in
+                                        range(len(nodes))], per_node) for a, s in enumerate(seats)]
+        texts: list[list[str]] = []
+        for s, agent in enumerate(agent_ids):
+            row_texts = [""] * (len(nodes) * per_node)
+            if s in self.fixed:
+                acted = self.fixed[s].act([nodes[n] for n in moving[s]], agent, per_node) if moving[s] else []
+            else:
+                acted = generated[seats.index(s)].completions if moving[s] else []
+            for i, n in enumerate(moving[s]):
+                row_texts[n * per_node:(n + 1) * per_node] = acted[i * per_node:(i + 1) * per_node]
+            texts.append(row_texts)
+        return batches, texts
+
+    def _with_idle_rows(self, agent: int, batch: SampleBatch | None, moving: list[int], prompts: list[str],
+                        per_node: int) -> SampleBatch:
+        """Agent `agent`'s rows for every node: `batch` (its samples where it moved, nodes `moving`) with,
+        at the other nodes, `per_node` rows of the node's prompt and no sampled token (critics still read
+        the prompt), in node order."""
+        idle = [n for n in range(len(prompts)) if n not in set(moving)]
+        if not idle:
+            return batch
+        ids, mask = self._encode(agent, [prompts[n] for n in idle])
+        S = len(idle) * per_node
+        empty = torch.zeros(S, 0, dtype=torch.long)
+        lean = batch.logprobs is not None if batch is not None else self._lean(agent)
+        rest = SampleBatch(ids.repeat_interleave(per_node, 0).cpu(), mask.repeat_interleave(per_node, 0).cpu(),
+                           empty, empty.clone(), [""] * S, torch.zeros(S, 0) if lean else None)
+        if batch is None:
+            return rest
+        merged = SampleBatch.cat([batch, rest], self.tokenizers[agent].pad_token_id)
+        position = {n: i for i, n in enumerate(moving + idle)}  # node -> its block in `merged`
+        order = torch.tensor([position[n] * per_node + k for n in range(len(prompts)) for k in range(per_node)])
+        return merged.select(order)
 
     def _assemble(
         self,
@@ -412,11 +410,16 @@ class RolloutEngine:
             offset += S
             states += [text for text in lv["state"] for _ in range(per_node)]
             rew, ret = torch.zeros(A, S), torch.zeros(A, S)
+            node_of_row = torch.arange(S) // per_node
+            node_count = torch.zeros(lv["num_nodes"]).index_add_(0, lv["node"], torch.ones(len(lv["node"])))
             for a in range(A):
                 slot = lv["node"] * per_node + lv["pick"][:, a]
                 count = torch.zeros(S).index_add_(0, slot, torch.ones(len(slot)))
-                rew[a] = torch.zeros(S).index_add_(0, slot, lv["reward"][:, a]) / count
-                ret[a] = torch.zeros(S).index_add_(0, slot, joint_returns[t][:, a]) / count
+                for out, value in ((rew, lv["reward"][:, a]), (ret, joint_returns[t][:, a])):
+                    # A row no joint action picked (an agent not to move, in cross mode): the node's mean.
+                    node_mean = torch.zeros(lv["num_nodes"]).index_add_(0, lv["node"], value) / node_count
+                    row_sum = torch.zeros(S).index_add_(0, slot, value)
+                    out[a] = torch.where(count > 0, row_sum / count.clamp(min=1), node_mean[node_of_row])
             rewards.append(rew)
             returns.append(ret)
             groups.append(lv["group"].repeat_interleave(per_node))
@@ -436,6 +439,7 @@ class RolloutEngine:
             turn=torch.cat(turns),
             task=torch.cat(tasks),
             episode_returns=ep.T.contiguous(),
+            acted=torch.cat([lv["acted"] for lv in levels], 1),
             next_index=torch.cat(next_index),
             states=states,
             invalid_actions=invalid,
@@ -477,3 +481,17 @@ def per_agent(fn: Any, num_agents: int, concurrent: bool) -> list[Any]:
         return [fn(a) for a in range(num_agents)]
     with ThreadPoolExecutor(max_workers=num_agents) as pool:
         return list(pool.map(fn, range(num_agents)))
+
+
+def joint_combinations(per_node: int, movers: Sequence[bool], joint_mode: str) -> list[tuple[int, ...]]:
+    """The joint actions played at one node, as one sample index per seat.
+
+    aligned: sample k of every seat forms joint action k (K joint actions). cross: every combination of the
+    samples of the seats that are to move (K^movers joint actions); a seat not to move contributes its
+    sample 0 (its text is ignored). Example: K = 2, movers [True, False, True], cross ->
+    (0, 0, 0), (0, 0, 1), (1, 0, 0), (1, 0, 1).
+    """
+    if joint_mode != "cross" or sum(movers) < 2:
+        return [(k,) * len(movers) for k in range(per_node)]
+    choices = [range(per_node) if moves else (0,) for moves in movers]
+    return list(itertools.product(*choices))

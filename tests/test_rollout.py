@@ -153,7 +153,7 @@ class Scripted(RolloutEngine):
 
     def __init__(self):
         self.agents, self.tokenizers, self.settings = [None, None], [_PadOnly(), _PadOnly()], GenerationSettings()
-        self.concurrent, self.shared_base = False, None
+        self.concurrent, self.shared_base, self.fixed = False, None, {}
         self.prompts_seen: list[list[str]] = []
 
     def generate(self, agent, prompts, num_samples, greedy=False):

@@ -1,0 +1,89 @@
+"""Mixed teams: seats played by fixed policies next to the trained agents.
+
+A learner's `agents=[...]` holds one entry per seat (`env.possible_agents` order). An id, a directory or a
+loaded model is a trainable agent; anything else is a fixed policy (`comlrl_env.policies.as_fixed_policy`):
+
+    from comlrl_env.openspiel import OpenSpielBot
+    from learners import MAGRPO, Frozen
+
+    MAGRPO(env="openspiel/kuhn_poker-v0", agents=["path/to/model", OpenSpielBot("random")], ...)  # vs a bot
+    MAGRPO(env="openspiel/kuhn_poker-v0", agents=[model, Frozen(model)], tokenizer=tok, ...)     # vs a frozen self
+    MAGRPO(env="openspiel/kuhn_poker-v0", agents=[model, model], tokenizer=tok, ...)             # self-play
+
+Fixed seats act where they are to move and are never optimized, checkpointed or exported; the run
+records them (`fixed_seats` in the logged config and in `save_model`'s `comlrl_env.json`). The same
+model object in several seats shares its parameters (self-play), each seat with its own optimizer,
+as for any heterogeneous team.
+"""
+
+from __future__ import annotations
+
+import copy
+import dataclasses
+import os
+from typing import Any, Sequence
+
+import torch
+
+from comlrl_env.base import AgentID, TextParallelEnv
+from comlrl_env.policies import FixedPolicy, as_fixed_policy
+from learners.agents import load_agents, model_name
+from learners.config import GenerationSettings
+
+__all__ = ["Frozen", "split_seats"]
+
+
+class Frozen(FixedPolicy):
+    """A frozen copy of a model in one seat: it samples like an agent (one batched call over the envs where
+    its seat moves, with the learner's generation settings unless `settings` override them) and is never
+    updated. A loaded model is deep-copied when the learner builds, so training the original elsewhere
+    (self-play against a frozen self) leaves this copy as it was.
+
+    Args:
+        model: A hub id, a local dir or a loaded causal LM.
+        tokenizer: Its tokenizer (needed for a loaded model; loaded from an id or dir otherwise).
+        **settings: `GenerationSettings` fields for this seat (e.g. `temperature=0.7`).
+    """
+
+    def __init__(self, model: Any, tokenizer: Any = None, **settings: Any) -> None:
+        unknown = set(settings) - {f.name for f in dataclasses.fields(GenerationSettings)}
+        if unknown:
+            raise TypeError(f"Frozen got unknown generation settings {sorted(unknown)}; "
+                            f"valid: {[f.name for f in dataclasses.fields(GenerationSettings)]}.")
+        self.source, self.tokenizer, self.overrides = model, tokenizer, settings
+        self.engine: Any = None
+
+    def prepare(self, settings: GenerationSettings, device: torch.device, model_config: dict[str, Any]) -> None:
+        """Load (or copy) the model onto `device`, frozen, with `settings` plus this seat's overrides."""
+        from learners.rollout import RolloutEngine  # the engine imports this module's protocol
+
+        models, tokenizers = load_agents(agents=[self.source], tokenizer=self.tokenizer, model_config=model_config)
+        model = models[0] if isinstance(self.source, (str, os.PathLike)) else copy.deepcopy(models[0])
+        model.to(device).eval().requires_grad_(False)
+        self.engine = RolloutEngine([model], tokenizers, dataclasses.replace(settings, **self.overrides))
+
+    def act(self, envs: Sequence[TextParallelEnv], agent: AgentID, num_samples: int = 1) -> list[str]:
+        if self.engine is None:
+            raise RuntimeError("Frozen.act() before prepare(): pass the Frozen seat to a learner's agents=.")
+        return self.engine.generate(0, [env.observe(agent) for env in envs], num_samples).completions
+
+    def describe(self) -> dict[str, Any]:
+        return {"policy": "frozen", "model": model_name(self.source), **self.overrides}
+
+
+def split_seats(agents: Sequence[Any] | None, tokenizer: Any) -> tuple[list[Any] | None, dict[int, FixedPolicy], Any]:
+    """Split a per-seat `agents` list into the trainable sources, the fixed seats `{seat: policy}`, and the
+    tokenizer argument for the trainable ones (a per-seat tokenizer list loses its fixed seats' entries)."""
+    if agents is None or isinstance(agents, (str, os.PathLike)) or not isinstance(agents, Sequence):
+        return agents, {}, tokenizer
+    seats = list(agents)
+    fixed = {i: policy for i, seat in enumerate(seats) if (policy := as_fixed_policy(seat)) is not None}
+    if not fixed:
+        return seats, {}, tokenizer
+    if len(fixed) == len(seats):
+        raise ValueError("every seat in agents is a fixed policy: give at least one trainable model "
+                         "(an id, a local dir or a loaded model).")
+    trained = [seat for i, seat in enumerate(seats) if i not in fixed]
+    if isinstance(tokenizer, (list, tuple)) and len(tokenizer) == len(seats):
+        tokenizer = [tok for i, tok in enumerate(tokenizer) if i not in fixed]
+    return trained, fixed, tokenizer

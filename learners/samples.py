@@ -1,0 +1,102 @@
+"""The data a rollout hands to the learners: `SampleBatch` (one agent's sampled completions, token-exact)
+and `Rollout` (a batch of finished episodes, flattened into rows that every agent shares).
+
+`learners.rollout.RolloutEngine` builds them; every learner reads them.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from typing import Sequence
+
+import torch
+
+__all__ = ["Rollout", "SampleBatch"]
+
+
+@dataclasses.dataclass
+class SampleBatch:
+    """One agent's samples; row s of every field describes sample s."""
+
+    prompt_ids: torch.Tensor  # (S, P) left-padded prompt ids
+    prompt_mask: torch.Tensor  # (S, P) 1 on prompt tokens
+    completion_ids: torch.Tensor  # (S, T) sampled ids, right-padded with the pad id
+    completion_mask: torch.Tensor  # (S, T) 1 on sampled tokens up to and including EOS
+    completions: list[str]  # (S,) decoded completions (special tokens skipped)
+    logprobs: torch.Tensor | None = None  # (S, T) log pi of each sampled token when sampled (0 off the mask),
+    #                                       under softmax(z / GenerationSettings.logprob_temperature)
+
+    def __len__(self) -> int:
+        return len(self.completions)
+
+    def select(self, index: torch.Tensor) -> "SampleBatch":
+        """Rows `index`, with columns that are padding in every selected row trimmed away."""
+        prompt_mask = self.prompt_mask[index]
+        completion_mask = self.completion_mask[index]
+        p0 = int((prompt_mask.sum(0) > 0).int().argmax()) if prompt_mask.any() else prompt_mask.shape[1]
+        t1 = int(completion_mask.sum(1).max()) if len(index) else 0
+        return SampleBatch(
+            self.prompt_ids[index][:, p0:],
+            prompt_mask[:, p0:],
+            self.completion_ids[index][:, :t1],
+            completion_mask[:, :t1],
+            [self.completions[i] for i in index.tolist()],
+            None if self.logprobs is None else self.logprobs[index][:, :t1],
+        )
+
+    @staticmethod
+    def cat(parts: Sequence["SampleBatch"], pad_id: int) -> "SampleBatch":
+        """Concatenate rows, left-padding prompts and right-padding completions to common widths."""
+        P = max(p.prompt_ids.shape[1] for p in parts)
+        T = max(p.completion_ids.shape[1] for p in parts)
+
+        def left(x: torch.Tensor, width: int, value: int) -> torch.Tensor:
+            return torch.nn.functional.pad(x, (width - x.shape[1], 0), value=value)
+
+        def right(x: torch.Tensor, width: int, value: int) -> torch.Tensor:
+            return torch.nn.functional.pad(x, (0, width - x.shape[1]), value=value)
+
+        return SampleBatch(
+            torch.cat([left(p.prompt_ids, P, pad_id) for p in parts]),
+            torch.cat([left(p.prompt_mask, P, 0) for p in parts]),
+            torch.cat([right(p.completion_ids, T, pad_id) for p in parts]),
+            torch.cat([right(p.completion_mask, T, 0) for p in parts]),
+            [c for p in parts for c in p.completions],
+            None if any(p.logprobs is None for p in parts) else torch.cat([right(p.logprobs, T, 0) for p in parts]),
+        )
+
+
+@dataclasses.dataclass
+class Rollout:
+    """A batch of finished episodes, flattened into samples (rows shared by all agents)."""
+
+    samples: list[SampleBatch]  # (A,) one per agent, each with S rows
+    rewards: torch.Tensor  # (A, S) immediate reward of the sample's joint action(s)
+    returns: torch.Tensor  # (A, S) discounted return from the sample's joint action(s)
+    group: torch.Tensor  # (S,) group id: samples of one group start from the same state
+    turn: torch.Tensor  # (S,) turn index of the sample
+    task: torch.Tensor  # (S,) index of the task instance within the batch
+    episode_returns: torch.Tensor  # (A, B) mean undiscounted return of each task instance's episodes
+    next_index: torch.Tensor  # (S,) row of the same episode's next sample, -1 at its end (parallel mode)
+    states: list[str]  # (S,) env.state() of the sample's node before acting (joint text)
+    invalid_actions: torch.Tensor  # (A,) number of joint actions flagged invalid per agent
+    num_joint_actions: int  # env steps taken (one per joint action)
+    timings: dict[str, float]  # seconds spent generating and stepping environments
+    task_episode_returns: torch.Tensor | None = None  # (A, B) the task's returns when a reward model relabelled
+    acted: torch.Tensor | None = None  # (A, S) True where the agent was to move (None: everywhere)
+    joint_actions: list[list[str]] | None = None  # (S,) every seat's action text per row, fixed seats included
+
+    def acting(self, agent: int, idx: torch.Tensor) -> torch.Tensor:
+        """The rows of `idx` at which `agent` was to move (turn-taking tasks); its other rows hold no sampled
+        tokens and are never trained on."""
+        return idx if self.acted is None else idx[self.acted[agent, idx]]
+
+    def joint_action(self, row: int) -> list[str]:
+        """Every seat's action text at sample `row`, in seat order (what the env was stepped with)."""
+        if self.joint_actions is not None:
+            return self.joint_actions[row]
+        return [batch.completions[row] for batch in self.samples]
+
+    @property
+    def num_samples(self) -> int:
+        return int(self.group.numel())
