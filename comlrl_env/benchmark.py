@@ -24,12 +24,15 @@ policy call per turn for the whole batch. Metrics per (policy, env):
   whose k episodes include a success;
 - `success_rate`: fraction of episodes whose joint return reaches the env's
   `metadata["success_threshold"]` (pass@1 for code tasks), where defined;
+- `return_<agent>`: each seat's mean return (what tells players apart in a competitive game, where
+  `reward_mean` is 0 for any zero-sum play);
 - `invalid_action_rate`: flagged agent actions / agent actions;
 - `tokens_per_episode`: generated tokens per episode, for policies that count them;
 - `episodes_per_second`.
 
 Scripted reference rows show where agents stand: `empty` (every agent answers
-"") for every env, and `canonical` for envs that provide `canonical_actions()`.
+"") for every env, `canonical` for envs that provide `canonical_actions()`, and
+each of an env's `reference_bots()` (OpenSpiel games: random and MCTS) in every seat.
 """
 
 from __future__ import annotations
@@ -47,10 +50,11 @@ matplotlib.use("Agg")  # files only, no display
 import matplotlib.pyplot as plt  # noqa: E402
 
 from comlrl_env.base import AgentID, TextParallelEnv
+from comlrl_env.policies import FixedPolicy
 from comlrl_env.registry import make
 from comlrl_env.suites import suites
 
-__all__ = ["Policy", "empty_policy", "evaluate_policy", "markdown_table", "run_suite", "scripted_policies",
+__all__ = ["Policy", "empty_policy", "evaluate_policy", "fixed_team", "markdown_table", "run_suite", "scripted_policies",
            "team_table"]
 
 Policy = Callable[[list[dict[AgentID, str]], list[TextParallelEnv]], list[dict[AgentID, str]]]
@@ -67,11 +71,30 @@ def canonical_policy(observations: list[dict[AgentID, str]], envs: list[TextPara
     return [env.canonical_actions() for env in envs]
 
 
+def fixed_team(policies: Sequence[FixedPolicy]) -> Policy:
+    """Fixed policies (one per seat, or one for every seat) as a benchmark policy: each is asked, in one call,
+    for the envs where its seat is to move; a waiting seat answers ""."""
+    def team(observations: list[dict[AgentID, str]], envs: list[TextParallelEnv]) -> list[dict[AgentID, str]]:
+        actions: list[dict[AgentID, str]] = [dict.fromkeys(obs, "") for obs in observations]
+        for s, agent in enumerate(envs[0].possible_agents):
+            rows = [k for k, env in enumerate(envs) if agent in observations[k] and agent in env.to_move()]
+            if rows:
+                policy = policies[s] if len(policies) > 1 else policies[0]
+                for k, text in zip(rows, policy.act([envs[k] for k in rows], agent, 1)):
+                    actions[k][agent] = text
+        return actions
+
+    return team
+
+
 def scripted_policies(env: TextParallelEnv) -> dict[str, Policy]:
-    """The scripted reference rows that apply to `env`."""
+    """The scripted reference rows that apply to `env`: `empty`, `canonical` where the task has reference
+    answers, and the env's `reference_bots()` (e.g. OpenSpiel's random and MCTS bots) in every seat."""
     out: dict[str, Policy] = {"empty": empty_policy}
     if hasattr(env, "canonical_actions"):
         out["canonical"] = canonical_policy
+    if hasattr(env, "reference_bots"):
+        out.update({name: fixed_team([bot]) for name, bot in env.reference_bots().items()})
     return out
 
 
@@ -101,10 +124,10 @@ def evaluate_policy(env: str | TextParallelEnv, policy: Policy, episodes: int, s
         actions = policy(observations, live)
         next_live, next_obs, next_owner = [], [], []
         for env, act, k in zip(live, actions, owner):
+            actions_taken += len(env.to_move())  # a waiting agent's text is ignored: not an action
             obs, rew, term, trunc, infos = env.step(act)
             for agent, r in rew.items():
                 returns[k][agent] += r
-            actions_taken += len(act)
             invalid += sum("invalid_action" in infos.get(agent, {}) for agent in act)
             if env.agents:
                 next_live.append(env)
@@ -121,6 +144,7 @@ def evaluate_policy(env: str | TextParallelEnv, policy: Policy, episodes: int, s
         "reward_ci95": 1.96 * std / math.sqrt(played),
         "episodes": float(played),
         "invalid_action_rate": invalid / max(actions_taken, 1),
+        **{f"return_{agent}": sum(r[agent] for r in returns) / played for agent in template.possible_agents},
         "episodes_per_second": played / max(seconds, 1e-9),
     }
     threshold = template.metadata.get("success_threshold")
