@@ -239,7 +239,7 @@ class ActorCritic(Learner):
         """One optimizer step of actor `a` on the samples `idx` (`adv`: `(A, S)`)."""
         old = None if old_logprobs is None else old_logprobs[a]
         metrics = policy_step(self.agents[a], self.optimizers[a], rollout.samples[a], idx, adv[a], old, self.args,
-                              self.dist)
+                              self.dist, temperature=self.args.logprob_temperature_of(a))
         return {f"train/agent_{a}/{name}": value for name, value in metrics.items()}
 
     def critic_step(self, c: int, rollout: Rollout, idx: torch.Tensor, old_values: torch.Tensor,
@@ -354,7 +354,7 @@ class IAC(ActorCritic):
         if with_logprobs:
             T = batch.completion_ids.shape[1]
             logits = model.get_output_embeddings()(hidden[:, P - 1:P + T - 1])
-            logprobs = token_logprobs(logits, batch.completion_ids.to(device), cfg.logprob_temperature)
+            logprobs = token_logprobs(logits, batch.completion_ids.to(device), cfg.logprob_temperature_of(a))
             logprobs = logprobs * batch.completion_mask.to(device)
         return values.float(), logprobs
 

@@ -99,6 +99,7 @@ class Learner(abc.ABC):
         if (eval_logger is None) != (eval_aggregator is None):
             raise ValueError("eval_logger and eval_aggregator work together: pass both or neither.")
         count = agent_count(num_agents, agents, cfg.num_agents)
+        cfg.check_per_agent(count)
         self.dist = Distributed.from_env()
         task = dict(reward_func=reward_func, num_agents=count, formatters=formatters, transition=external_transition,
                     reward_processor=reward_processor, cfg=cfg)
@@ -422,7 +423,7 @@ class Learner(abc.ABC):
         samples = rollout.samples[a]
         if samples.logprobs is not None:
             return samples.logprobs
-        return sampled_logprobs(self.agents[a], samples, temperature=self.args.logprob_temperature)
+        return sampled_logprobs(self.agents[a], samples, temperature=self.args.logprob_temperature_of(a))
 
     def _autocast(self) -> torch.autocast:
         """bfloat16 autocast on the agents' device type when `mixed_precision="bf16"` (else a no-op)."""

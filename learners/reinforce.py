@@ -179,7 +179,8 @@ class MAGRPO(Learner):
         means = MeanMetrics()
         for idx in chunks:
             means.add(policy_step(self.agents[a], self.optimizers[a], rollout.samples[a], idx, advantages[a],
-                                  None if old is None else old[a], self.args, self.dist))
+                                  None if old is None else old[a], self.args, self.dist,
+                                  temperature=self.args.logprob_temperature_of(a)))
         return {f"train/agent_{a}/{name}": value for name, value in means.means().items()}
 
 
