@@ -203,7 +203,7 @@ class ActorCritic(Learner):
         rollout = self.collect(roots, cfg.num_generations)
         t0 = time.perf_counter()
         old_logprobs = [self.old_logprobs(a, rollout) for a in range(self.num_agents)] if cfg.reference_kl_enabled else None
-        kl = (reference_kl(self.reference_models, rollout.samples, old_logprobs, cfg.logprob_temperature)
+        kl = (reference_kl(self.reference_models, rollout.samples, old_logprobs, self.seat_temperatures())
               if cfg.reference_kl_enabled else None)
         rewards = rollout.rewards if kl is None else rollout.rewards - cfg.reference_kl_coef * kl
         old_values = self.critic_values(rollout)  # (C, S)
@@ -239,7 +239,7 @@ class ActorCritic(Learner):
         """One optimizer step of actor `a` on the samples `idx` (`adv`: `(A, S)`)."""
         old = None if old_logprobs is None else old_logprobs[a]
         metrics = policy_step(self.agents[a], self.optimizers[a], rollout.samples[a], rollout.acting(a, idx), adv[a],
-                              old, self.args, self.dist)
+                              old, self.args, self.dist, temperature=self.args.logprob_temperature_of(self.seats[a]))
         return {f"train/agent_{a}/{name}": value for name, value in metrics.items()}
 
     def critic_step(self, c: int, rollout: Rollout, idx: torch.Tensor, old_values: torch.Tensor,
@@ -354,7 +354,7 @@ class IAC(ActorCritic):
         if with_logprobs:
             T = batch.completion_ids.shape[1]
             logits = model.get_output_embeddings()(hidden[:, P - 1:P + T - 1])
-            logprobs = token_logprobs(logits, batch.completion_ids.to(device), cfg.logprob_temperature)
+            logprobs = token_logprobs(logits, batch.completion_ids.to(device), cfg.logprob_temperature_of(self.seats[a]))
             logprobs = logprobs * batch.completion_mask.to(device)
         return values.float(), logprobs
 

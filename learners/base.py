@@ -100,6 +100,7 @@ class Learner(abc.ABC):
         if (eval_logger is None) != (eval_aggregator is None):
             raise ValueError("eval_logger and eval_aggregator work together: pass both or neither.")
         count = agent_count(num_agents, agents, cfg.num_agents)  # seats, fixed ones included
+        cfg.check_per_agent(count)  # per-agent sampling values: one per seat
         agents, self.fixed, tokenizer = split_seats(agents, tokenizer)
         self.dist = Distributed.from_env()
         task = dict(reward_func=reward_func, num_agents=count, formatters=formatters, transition=external_transition,
@@ -118,6 +119,7 @@ class Learner(abc.ABC):
         self.eval_env = data.build_env(eval_env, eval_dataset, what="eval_env", **task) if has_eval else self.env
         self.num_seats = count
         self.num_agents = count - len(self.fixed)  # the trained agents
+        self.seats = [s for s in range(count) if s not in self.fixed]  # the seat each trained agent plays
         count = self.num_agents
         self.reward_func = reward_func
         self.callbacks = list(callbacks or [])
@@ -152,9 +154,9 @@ class Learner(abc.ABC):
                                      for m, d in zip(self.agents, devices)]
         self.schedule_epochs: int | None = None  # LR schedule length; None: num_train_epochs (MARLHFIter: the run's)
         self._setup_models()
-        for policy in self.fixed.values():
+        for seat, policy in self.fixed.items():
             if isinstance(policy, Frozen):
-                policy.prepare(cfg.generation_settings(), self.devices[0], self.model_config)
+                policy.prepare(cfg.generation_settings().for_agent(seat), self.devices[0], self.model_config)
         self.engine = RolloutEngine(self.agents, self.tokenizers, cfg.generation_settings(), self.fixed)
         self.optimizers = [adamw(m.parameters(), cfg.agent_learning_rate, cfg.weight_decay) for m in self.agents]
         self.schedulers = [self._scheduler(o) for o in self.optimizers]
@@ -430,7 +432,11 @@ class Learner(abc.ABC):
         samples = rollout.samples[a]
         if samples.logprobs is not None:
             return samples.logprobs
-        return sampled_logprobs(self.agents[a], samples, temperature=self.args.logprob_temperature)
+        return sampled_logprobs(self.agents[a], samples, temperature=self.args.logprob_temperature_of(self.seats[a]))
+
+    def seat_temperatures(self) -> list[float]:
+        """The temperature each trained agent's tokens are scored at (its seat's `logprob_temperature_of`)."""
+        return [self.args.logprob_temperature_of(s) for s in self.seats]
 
     def _autocast(self) -> torch.autocast:
         """bfloat16 autocast on the agents' device type when `mixed_precision="bf16"` (else a no-op)."""

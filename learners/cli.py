@@ -8,8 +8,9 @@
   output dir (holding `agent_0/`, `agent_1/`, ...) or one dir per agent.
 - `--env` (a registered id, or `module:Class` importable from the working directory) may repeat, with or
   without `--suite`.
-- Sampling defaults to the settings each team was trained with (its `comlrl_env.json`); `--temperature`,
-  `--top-p`, `--top-k`, `--max-new-tokens`, `--greedy` and `--seed` override them for every team.
+- Sampling defaults to the settings each team was trained with (its `comlrl_env.json`, one value or one per
+  agent); `--temperature`, `--top-p`, `--top-k`, `--max-new-tokens`, `--greedy` and `--seed` override them for
+  every team. The first four take one value, or one per agent (`--temperature 0.7 1.0`).
   `--samples-per-task k` plays each task instance k times (pass@k for code tasks).
 
 Writes `results.json` (settings, agents with a content hash, versions, rows), `results.md` and `results.png`.
@@ -46,17 +47,16 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--out", required=True)
     parser.add_argument("--greedy", action="store_true")
     parser.add_argument("--seed", type=int, default=0)
-    parser.add_argument("--temperature", type=float)
-    parser.add_argument("--top-p", type=float)
-    parser.add_argument("--top-k", type=int)
-    parser.add_argument("--max-new-tokens", type=int)
+    for flag, kind in (("--temperature", float), ("--top-p", float), ("--top-k", int), ("--max-new-tokens", int)):
+        parser.add_argument(flag, type=kind, nargs="+", help="one value for every agent, or one per agent")
     parser.add_argument("--chat-template", action="store_true", default=None,
                         help="render prompts with the chat template (default: as the team was trained)")
     args = parser.parse_args(argv)
     if args.suite is None and not args.env:
         parser.error("give --suite, --env, or both.")
-    overrides = {"temperature": args.temperature, "top_p": args.top_p, "top_k": args.top_k,
-                 "max_new_tokens": args.max_new_tokens, "use_chat_template": args.chat_template}
+    overrides = {"temperature": one_or_per_agent(args.temperature), "top_p": one_or_per_agent(args.top_p),
+                 "top_k": one_or_per_agent(args.top_k), "max_new_tokens": one_or_per_agent(args.max_new_tokens),
+                 "use_chat_template": args.chat_template}
     teams, agents, settings = {}, {}, {}
     for spec in args.agents:
         name, dirs = team_spec(spec)
@@ -74,6 +74,11 @@ def main(argv: list[str] | None = None) -> int:
     print(team_table(results["rows"]) + "\n" + markdown_table(results["rows"]), end="")
     print(f"wrote {args.out}/results.json, results.md, results.png")
     return 0
+
+
+def one_or_per_agent(values: list[Any] | None) -> Any:
+    """A flag's values as a setting: None when not given, the value when given once, else the list (per agent)."""
+    return values[0] if values is not None and len(values) == 1 else values
 
 
 def team_spec(spec: list[str]) -> tuple[str, list[str]]:

@@ -11,7 +11,7 @@ out). The sampling loop, the learners' recomputation and IAC's shared value head
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Sequence
 
 import torch
 
@@ -66,12 +66,15 @@ def sampled_logprobs(model: "PreTrainedModel", batch: "SampleBatch", rows: int =
 
 
 def reference_kl(references: "list[PreTrainedModel]", samples: "list[SampleBatch]",
-                 old_logprobs: list[torch.Tensor], temperature: float = 1.0) -> torch.Tensor:
+                 old_logprobs: list[torch.Tensor], temperatures: Sequence[float] | float = 1.0) -> torch.Tensor:
     """k3 estimate of KL(pi_old || pi_ref) per agent and sample `(A, S)`: the sum over completion tokens of
     exp(ref - old) - (ref - old) - 1, with `old_logprobs[a]` agent a's sampled-token log-probs `(S, T)` and
-    `references[a]` its frozen reference copy (scored without gradients)."""
+    `references[a]` its frozen reference copy (scored without gradients), at `temperatures[a]` (one per
+    agent, or one for all)."""
+    if not isinstance(temperatures, Sequence):
+        temperatures = [temperatures] * len(references)
     kls = []
-    for reference, batch, old in zip(references, samples, old_logprobs):
+    for reference, batch, old, temperature in zip(references, samples, old_logprobs, temperatures, strict=True):
         ref = sampled_logprobs(reference, batch, temperature=temperature)
         diff = ref - old[:, : ref.shape[1]]
         kls.append(((diff.exp() - diff - 1) * batch.completion_mask).sum(-1))

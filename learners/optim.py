@@ -92,15 +92,16 @@ def clip_grad(model: torch.nn.Module, max_norm: float | None) -> float:
 
 
 def policy_step(model: torch.nn.Module, optimizer: torch.optim.Optimizer, samples: Any, idx: torch.Tensor,
-                advantages: torch.Tensor, old_logprobs: torch.Tensor | None, cfg: Any, dist: Any = None
-                ) -> dict[str, float]:
+                advantages: torch.Tensor, old_logprobs: torch.Tensor | None, cfg: Any, dist: Any = None, *,
+                temperature: float) -> dict[str, float]:
     """One optimizer step of a policy on the rows `idx` of its `samples` (a `SampleBatch`): the clipped
     policy loss of `learners.losses.policy_terms` with `advantages` `(S,)` and `old_logprobs` `(S, T)` (None:
-    ratio 1). `cfg` gives the loss and step settings. Returns the loss, the `POLICY_STATS`, the gradient
-    norm and the learning rate (MAGRPO, IAC and MAAC actors all step here)."""
+    ratio 1), tokens scored under softmax(z / `temperature`) (the agent's `logprob_temperature_of`). `cfg`
+    gives the loss and step settings. Returns the loss, the `POLICY_STATS`, the gradient norm and the learning
+    rate (MAGRPO, IAC and MAAC actors all step here)."""
     def loss_fn(micro: torch.Tensor) -> tuple[torch.Tensor, ...]:
         batch = samples.select(micro)
-        logprobs = completion_logprobs(model, batch, cfg.logprob_temperature)
+        logprobs = completion_logprobs(model, batch, temperature)
         old = None if old_logprobs is None else old_logprobs[micro]
         return policy_terms(logprobs, old, advantages[micro], batch.completion_mask, cfg.clip_range,
                             cfg.length_normalization)

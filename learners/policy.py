@@ -2,6 +2,7 @@
 
     team = AgentPolicy.from_saved("outputs/quickstart/agents")   # save_model's output: settings included
     team = AgentPolicy(["dir_a", "dir_b"], temperature=1.0, top_p=1.0, max_new_tokens=16)
+    team = AgentPolicy(["dir_a", "dir_b"], temperature=[0.7, 1.0], max_new_tokens=[16, 64])  # one per agent
 """
 
 from __future__ import annotations
@@ -19,8 +20,9 @@ from learners.rollout import GenerationSettings, RolloutEngine
 
 __all__ = ["SAMPLING_FIELDS", "AgentPolicy", "agent_dirs", "content_hash", "saved_settings"]
 
-SAMPLING_FIELDS = ("temperature", "top_p", "top_k", "max_new_tokens", "use_chat_template")
-"""The generation settings a `save_model` manifest (`comlrl_env.json`) carries and a bench reuses."""
+SAMPLING_FIELDS = ("temperature", "top_p", "top_k", "max_new_tokens", "use_chat_template", "stop_strings")
+"""The generation settings a `save_model` manifest (`comlrl_env.json`) carries and a bench reuses: each one value
+for every agent or a list with one per agent, as `LearnerConfig` takes them."""
 
 
 def agent_dirs(paths: Sequence[str]) -> list[str]:
@@ -66,13 +68,16 @@ class AgentPolicy:
         agents: Model ids or dirs, one per agent (or one for every agent).
         greedy: Greedy decoding instead of sampling.
         seed: Seeds sampling once at construction (runs are reproducible).
-        **settings: `GenerationSettings` fields (max_new_tokens, temperature, use_chat_template, ...).
+        **settings: `GenerationSettings` fields (max_new_tokens, temperature, use_chat_template, ...), each one
+            value for every agent or a list with one per agent.
     """
 
     def __init__(self, agents: Sequence[Any], greedy: bool = False, seed: int = 0, **settings: Any) -> None:
-        self.models, self.tokenizers = load_agents(agents=list(agents))
         settings.setdefault("max_new_tokens", 64)
-        self.engine = RolloutEngine(self.models, self.tokenizers, GenerationSettings(**settings))
+        generation = GenerationSettings(**settings)
+        generation.check_per_agent(len(agents))  # before any model loads
+        self.models, self.tokenizers = load_agents(agents=list(agents))
+        self.engine = RolloutEngine(self.models, self.tokenizers, generation)
         self.greedy = greedy
         self.tokens_generated = 0
         torch.manual_seed(seed)

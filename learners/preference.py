@@ -427,7 +427,7 @@ class MARLHFIter(MARLHF):
                 twin = copy.deepcopy(agent)
                 twin.load_state_dict(state)
                 models.append(twin.eval().requires_grad_(False))
-        return RolloutEngine(models, self.tokenizers, self.policy.engine.settings)
+        return RolloutEngine(models, self.tokenizers, self.policy.engine.settings, self.policy.engine.fixed)
 
     def _replay(self) -> list[dict[str, Any]]:
         cfg: MARLHFIterConfig = self.args

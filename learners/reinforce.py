@@ -167,7 +167,7 @@ class MAGRPO(Learner):
                   for part in self.minibatches(len(groups))]
         need_old = len(chunks) > 1 or cfg.reference_kl_enabled
         old = [self.old_logprobs(a, rollout) for a in range(self.num_agents)] if need_old else None
-        kl = (reference_kl(self.reference_models, rollout.samples, old, cfg.logprob_temperature)
+        kl = (reference_kl(self.reference_models, rollout.samples, old, self.seat_temperatures())
               if cfg.reference_kl_enabled else None)
         returns = rollout.returns if kl is None else rollout.returns - cfg.reference_kl_coef * kl
         advantages = acting_advantages(returns, rollout, cfg.advantage_mode, cfg.advantage_normalization)
@@ -195,8 +195,8 @@ class MAGRPO(Learner):
         means = MeanMetrics()
         for idx in chunks:
             means.add(policy_step(self.agents[a], self.optimizers[a], rollout.samples[a], rollout.acting(a, idx),
-                                  advantages[a],
-                                  None if old is None else old[a], self.args, self.dist))
+                                  advantages[a], None if old is None else old[a], self.args, self.dist,
+                                  temperature=self.args.logprob_temperature_of(self.seats[a])))
         return {f"train/agent_{a}/{name}": value for name, value in means.means().items()}
 
 

@@ -69,7 +69,7 @@ class RolloutEngine:
         agents: One causal LM per trained agent; agent i acts in the i-th seat of `env.possible_agents` that
             `fixed` does not hold.
         tokenizers: One tokenizer per agent (left padding, pad token set).
-        settings: Sampling settings shared by the agents.
+        settings: Sampling settings: one value for every seat, or one per seat (`GenerationSettings.for_agent`).
         fixed: Seats (indices into `env.possible_agents`) played by fixed policies
             (`comlrl_env.policies.FixedPolicy`): asked to act where their seat is to move, never trained.
     """
@@ -85,6 +85,9 @@ class RolloutEngine:
         self.tokenizers = list(tokenizers)
         self.settings = settings
         self.fixed = dict(fixed or {})
+        seats = [s for s in range(len(self.agents) + len(self.fixed)) if s not in self.fixed]
+        settings.check_per_agent(len(seats) + len(self.fixed))
+        self.agent_settings = [settings.for_agent(s) for s in seats]  # each trained agent's seat's values
         self.concurrent = distinct_accelerators([m.device for m in self.agents])
         self.shared_base = self._shared_base()  # the PEFT model of LoRA agents that sample together, or None
 
@@ -100,7 +103,7 @@ class RolloutEngine:
         if self.shared_base is None:
             return per_agent(lambda a: self.generate(a, prompts[a], num_samples, greedy), len(self.agents),
                              self.concurrent)
-        cfg, tok = self.settings, self.tokenizers[0]
+        cfg, tok = self.agent_settings[0], self.tokenizers[0]  # equal for every agent here (`_shared_base`)
         ids, mask = self._encode(0, [p for agent_prompts in prompts for p in agent_prompts])
         names = [agent.adapter_name for agent, agent_prompts in zip(self.agents, prompts) for _ in agent_prompts]
         eos_ids = self._eos_ids(0)
@@ -121,7 +124,7 @@ class RolloutEngine:
 
     def generate(self, agent: int, prompts: list[str], num_samples: int, greedy: bool = False) -> SampleBatch:
         """Sample `num_samples` completions for each prompt in one call (rows prompt-major)."""
-        cfg, tok = self.settings, self.tokenizers[agent]
+        cfg, tok = self.agent_settings[agent], self.tokenizers[agent]
         ids, mask = self._encode(agent, prompts)
         eos_ids = self._eos_ids(agent)
         if self._lean(agent):
@@ -140,7 +143,7 @@ class RolloutEngine:
 
     def _encode(self, agent: int, prompts: list[str]) -> tuple[torch.Tensor, torch.Tensor]:
         """Left-padded token ids and attention mask of `prompts` under agent `agent`'s tokenizer, on its device."""
-        tok, cfg = self.tokenizers[agent], self.settings
+        tok, cfg = self.tokenizers[agent], self.agent_settings[agent]
         if cfg.use_chat_template:
             texts = [tok.apply_chat_template([{"role": "user", "content": p}], tokenize=False, add_generation_prompt=True)
                      for p in prompts]
@@ -184,10 +187,12 @@ class RolloutEngine:
 
     def _shared_base(self) -> Any:
         """The PEFT model all agents are adapters of, when they can sample in one batch: `batch_adapters`,
-        two or more LoRA agents (`learners.lora.AdapterAgent`) on one base, one tokenizer, plain sampling."""
+        two or more LoRA agents (`learners.lora.AdapterAgent`) on one base, one tokenizer, plain sampling, and
+        the same settings for every agent (else each agent samples on its own)."""
         peft = {id(getattr(a, "peft", None)) for a in self.agents}
         if (not self.settings.batch_adapters or len(self.agents) < 2 or len(peft) != 1
                 or not all(hasattr(a, "adapter_name") for a in self.agents)
+                or any(s != self.agent_settings[0] for s in self.agent_settings)
                 or len({id(t) for t in self.tokenizers}) != 1 or not self._lean(0)):
             return None
         return self.agents[0].peft
@@ -195,7 +200,7 @@ class RolloutEngine:
     def _lean(self, agent: int) -> bool:
         """Plain sampling goes through `sample_completions`; user generate arguments and stop strings
         go through `model.generate`."""
-        settings = self.settings
+        settings = self.agent_settings[agent]
         return not settings.generation_kwargs and not settings.stop_strings and supports_lean_sampling(self.agents[agent])
 
     def _hf_generate(self, agent: int, ids: torch.Tensor, mask: torch.Tensor, num_samples: int, greedy: bool,
@@ -208,7 +213,7 @@ class RolloutEngine:
         `stopping_criteria`, and notes the step at which each row stopped. Beam search reorders rows,
         so it falls back to reading the ids (`mask_completions`): lengths None.
         """
-        model, tok, cfg = self.agents[agent], self.tokenizers[agent], self.settings
+        model, tok, cfg = self.agents[agent], self.tokenizers[agent], self.agent_settings[agent]
         if greedy:
             sampling = dict(do_sample=False, temperature=None, top_p=None, top_k=None)
         else:  # top_k=0, not None: generate() would fill None with its default of 50
