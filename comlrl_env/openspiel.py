@@ -241,11 +241,11 @@ class OpenSpielEnv(TextParallelEnv):
         self.view = view
         if invalid_action_penalty is not None:
             self.invalid_action_penalty = float(invalid_action_penalty)
-        # Games that sample chance from their own generator: reload with a seed from np_random at reset.
+        # Games that sample chance from their own generator are reloaded at each reset, with the given
+        # rng_seed (a fixed instance) or one drawn from np_random, so reset(seed=s) replays an episode.
         self._reseed = (
             game_type.chance_mode == pyspiel.GameType.ChanceMode.SAMPLED_STOCHASTIC
             and "rng_seed" in self.game.get_parameters()
-            and int(game_params.get("rng_seed", -1)) < 0
         )
         num_players = self.game.num_players()
         super().__init__(
@@ -306,7 +306,10 @@ class OpenSpielEnv(TextParallelEnv):
 
     def load_task(self, task_index: int | None) -> dict[str, Any]:
         if self._reseed:
-            self.game = self._load_game({**self.game_params, "rng_seed": int(self.np_random.integers(2**31 - 1))})
+            seed = int(self.game_params.get("rng_seed", -1))
+            if seed < 0:
+                seed = int(self.np_random.integers(2**31 - 1))
+            self.game = self._load_game({**self.game_params, "rng_seed": seed})
         self.game_state = self.game.new_initial_state()
         chance_history: list[int] = []
         self._play_chance(chance_history)

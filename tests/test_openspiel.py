@@ -364,3 +364,11 @@ def test_missing_pyspiel_names_the_extra(monkeypatch):
         make("openspiel/kuhn_poker-v0")
     with pytest.raises(ImportError, match=r"pip install 'comlrl-env\[games\]'"):
         make("openspiel/chess-v0")
+
+
+def test_a_given_rng_seed_fixes_the_sampled_instance():
+    env = make("openspiel/negotiation-v0", rng_seed=11)
+    first = [env.reset(seed=s)[0]["agent_0"] for s in (0, 1)]
+    assert first[0] == first[1] == make("openspiel/negotiation-v0", rng_seed=11).reset(seed=5)[0]["agent_0"]
+    drawn = make("openspiel/negotiation-v0")
+    assert len({drawn.reset(seed=s)[0]["agent_0"] for s in range(4)}) > 1
