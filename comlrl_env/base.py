@@ -97,7 +97,10 @@ class TextParallelEnv(ParallelEnv[AgentID, str, str], metaclass=abc.ABCMeta):
     """Base class of text environments: `str` observations and actions, up to `num_turns` turns.
 
     `invalid_action_penalty` is subtracted once per flagged agent: from every
-    agent in a cooperative task, from the offender otherwise.
+    agent in a cooperative task, from the offender otherwise (a subclass sets
+    `invalid_action_penalty_shared` to choose). The text of an agent that is not
+    to move (`to_move()`) is ignored: it is never parsed nor flagged, and is
+    recorded as "".
 
     Args:
         num_agents: Number of agents; ids are `agent_0 .. agent_{n-1}`.
@@ -116,6 +119,9 @@ class TextParallelEnv(ParallelEnv[AgentID, str, str], metaclass=abc.ABCMeta):
         "num_tasks": None,  # size of the finite task set, None when procedural
     }
     invalid_action_penalty: float = 0.0
+    #: Who pays `invalid_action_penalty`: every agent (True), the offender only (False), or None for the
+    #: default, shared in a cooperative task (a game whose players share a utility still charges the offender).
+    invalid_action_penalty_shared: bool | None = None
 
     def __init__(
         self,
@@ -257,7 +263,8 @@ class TextParallelEnv(ParallelEnv[AgentID, str, str], metaclass=abc.ABCMeta):
         if unknown:
             raise ValueError(f"actions for agents not in the episode: {sorted(unknown)}; live: {self.agents}.")
         self._step_infos = {a: {} for a in self.agents}
-        clean = {a: self._clean_action(a, actions.get(a)) for a in self.agents}
+        movers = set(self.to_move())
+        clean = {a: self._clean_action(a, actions.get(a)) if a in movers else "" for a in self.agents}
         for a in self.agents:
             self.prompt_history[a].append(self._observations[a])
             self.response_history[a].append(clean[a])
@@ -268,7 +275,9 @@ class TextParallelEnv(ParallelEnv[AgentID, str, str], metaclass=abc.ABCMeta):
         offenders = [a for a in self.agents if "invalid_action" in self._step_infos[a]]
         if offenders and self.invalid_action_penalty:
             # A cooperative team shares every penalty; otherwise only the offender pays.
-            shared = self.metadata.get("reward_structure") == "cooperative"
+            shared = self.invalid_action_penalty_shared
+            if shared is None:
+                shared = self.metadata.get("reward_structure") == "cooperative"
             for a in self.agents:
                 count = len(offenders) if shared else int(a in offenders)
                 rewards[a] -= count * self.invalid_action_penalty

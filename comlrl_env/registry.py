@@ -4,6 +4,11 @@ Ids look like gymnasium's: `[namespace/]Name-vN`. A change in a task's
 behaviour bumps N, so results stay comparable across releases. Every id is
 also registered in PettingZoo's own registry when the installed PettingZoo
 has one (`pettingzoo.make("parallel", id)` then works too).
+
+A namespace can also resolve ids nobody registered one by one:
+`register_namespace("openspiel", "comlrl_env.openspiel:game_spec")` makes
+`make("openspiel/<game>-v0")` build any OpenSpiel game, importing the resolver
+(and its optional dependency) only when such an id is first asked for.
 """
 
 from __future__ import annotations
@@ -20,7 +25,7 @@ import pettingzoo
 
 from comlrl_env.base import TextParallelEnv
 
-__all__ = ["EnvNotFound", "EnvSpec", "make", "register", "registry", "spec"]
+__all__ = ["EnvNotFound", "EnvSpec", "make", "register", "register_namespace", "registry", "spec"]
 
 _ID = re.compile(r"^(?:(?P<namespace>[\w.-]+)/)?(?P<name>[\w.:-]+?)-v(?P<version>\d+)$")
 
@@ -69,6 +74,9 @@ class EnvSpec:
 
 registry: dict[str, EnvSpec] = {}
 
+# namespace -> resolver(id) -> EnvSpec, for ids of that namespace that are not in `registry`.
+_namespaces: dict[str, Callable[[str], EnvSpec] | str] = {}
+
 
 def _registered_spec(id: str, kwargs: dict[str, Any]) -> EnvSpec:
     return dataclasses.replace(spec(id), kwargs=dict(kwargs))
@@ -91,6 +99,20 @@ def register(id: str, entry_point: Callable[..., TextParallelEnv] | str, **defau
     return new
 
 
+def register_namespace(namespace: str, resolver: Callable[[str], EnvSpec] | str) -> None:
+    """Resolve unregistered ids `namespace/Name-vN` with `resolver(id) -> EnvSpec`.
+
+    `resolver` is a callable or a "module:attr" string, imported on first use (so an optional
+    dependency is needed only by who uses the namespace). It raises `EnvNotFound` for a name it
+    does not know. Ids registered with `register` take precedence.
+    """
+    if not isinstance(namespace, str) or not re.fullmatch(r"[\w.-]+", namespace):
+        raise ValueError(f"namespace must be a word like 'openspiel', got {namespace!r}.")
+    if not (callable(resolver) or (isinstance(resolver, str) and ":" in resolver)):
+        raise TypeError(f"resolver for namespace {namespace!r} must be callable or 'module:attr', got {resolver!r}.")
+    _namespaces[namespace] = resolver
+
+
 def spec(id: str) -> EnvSpec:
     """The `EnvSpec` of `id`; without `-vN`, the latest registered version."""
     if id in registry:
@@ -98,6 +120,13 @@ def spec(id: str) -> EnvSpec:
     versions = [s for s in registry.values() if s.id.rsplit("-v", 1)[0] == id]
     if versions:
         return max(versions, key=lambda s: s.version)
+    match = _ID.match(id) if isinstance(id, str) else None
+    if match and match["namespace"] in _namespaces:
+        resolver = _namespaces[match["namespace"]]
+        if isinstance(resolver, str):
+            module, _, attr = resolver.partition(":")
+            resolver = getattr(importlib.import_module(module), attr)
+        return resolver(id)
     close = difflib.get_close_matches(id, list(registry), n=5, cutoff=0.4)
     hint = f" Did you mean: {', '.join(close)}?" if close else ""
     raise EnvNotFound(f"No environment registered as {id!r}.{hint} Registered ids: {', '.join(sorted(registry))}.")

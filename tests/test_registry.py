@@ -173,3 +173,42 @@ def test_env_from_lambda_entry_point_pickles():
     env = make("test/Lambda-v0")
     env.reset(seed=0)
     pickle.loads(pickle.dumps(env))
+
+
+def test_register_namespace_resolves_unregistered_ids(monkeypatch: pytest.MonkeyPatch):
+    import sys
+
+    registry_module = sys.modules["comlrl_env.registry"]  # `comlrl_env.registry` is the dict
+    from comlrl_env.registry import register_namespace
+
+    monkeypatch.setattr(registry_module, "_namespaces", dict(registry_module._namespaces))
+    asked = []
+
+    def resolver(id: str) -> EnvSpec:
+        asked.append(id)
+        name = id.split("/")[1].rsplit("-v", 1)[0]
+        if name not in Echo.WORDS:
+            raise EnvNotFound(f"no echo word {name!r}")
+        return EnvSpec(id, Echo, {"word_suffix": "-" + name})
+
+    register_namespace("echo", resolver)
+    env = make("echo/up-v0", num_agents=3)
+    assert asked == ["echo/up-v0"] and env.spec.id == "echo/up-v0" and len(env.possible_agents) == 3
+    assert "echo/up-v0" not in comlrl_env.registry  # resolved, not registered
+    assert pickle.loads(pickle.dumps(env)).spec.kwargs == {"word_suffix": "-up", "num_agents": 3}
+    with pytest.raises(EnvNotFound, match="no echo word 'sideways'"):
+        make("echo/sideways-v0")
+    register("echo/up-v0", entry_point=Echo)  # a registered id wins over the namespace
+    assert make("echo/up-v0").spec.kwargs == {}
+    with pytest.raises(EnvNotFound, match="No environment registered as 'other/up-v0'"):
+        make("other/up-v0")
+    register_namespace("lazy", f"{__name__}:_lazy_resolver")  # "module:attr", imported on first use
+    assert isinstance(make("lazy/anything-v0"), Echo)
+    with pytest.raises(TypeError, match="resolver"):
+        register_namespace("bad", 42)
+    with pytest.raises(ValueError, match="namespace"):
+        register_namespace("not a word", resolver)
+
+
+def _lazy_resolver(id: str) -> EnvSpec:
+    return EnvSpec(id, Echo, {})

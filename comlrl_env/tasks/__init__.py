@@ -1,6 +1,6 @@
 """Built-in tasks, registered on import. Each module's docstring is its documentation."""
 
-from comlrl_env.registry import register
+from comlrl_env.registry import register, register_namespace
 from comlrl_env.tasks.guess_number import GuessNumber
 from comlrl_env.tasks.length_ratio import LengthRatio
 from comlrl_env.tasks.split_pie import SplitPie
@@ -30,3 +30,22 @@ register("code/HumanEvalCoop-v1", entry_point=HumanEvalCoop)
 register("code/HumanEvalCoopMultiTurn-v2", entry_point=HumanEvalCoopMultiTurn)
 register("writing/DocSummary-v1", entry_point=DocSummary)
 register("writing/DocSummaryGeneralSum-v1", entry_point=DocSummaryGeneralSum)
+
+# OpenSpiel games (comlrl_env/openspiel.py; needs `pip install 'comlrl-env[games]'`, imported on first use).
+# Any `openspiel/<game>-v0` resolves on demand; the `games` suite's ids are registered with small defaults.
+register_namespace("openspiel", "comlrl_env.openspiel:game_spec")
+OPENSPIEL_GAMES: dict[str, dict[str, object]] = {
+    "tiny_hanabi": {},
+    "hanabi": {"players": 2, "colors": 2, "ranks": 2, "hand_size": 2, "max_information_tokens": 3,
+               "max_life_tokens": 2},
+    "coop_box_pushing": {"horizon": 10},
+    "bargaining": {},
+    "negotiation": {"num_items": 2, "enable_utterances": False},
+    "kuhn_poker": {},
+    "leduc_poker": {},
+    "tic_tac_toe": {},
+    "liars_dice": {"numdice": 1, "dice_sides": 4},
+    "goofspiel": {"num_cards": 4, "imp_info": True},
+}
+for _game, _params in OPENSPIEL_GAMES.items():
+    register(f"openspiel/{_game}-v0", entry_point="comlrl_env.openspiel:OpenSpielEnv", game=_game, **_params)
