@@ -108,7 +108,7 @@ try:  # optional dependency: the `games` extra
 except ImportError:  # pragma: no cover (exercised by monkeypatching in the tests)
     pyspiel = None
 
-__all__ = ["OpenSpielBot", "OpenSpielEnv", "game_spec", "parse_action"]
+__all__ = ["OpenSpielBot", "OpenSpielEnv", "game_spec", "mcts_applies", "parse_action"]
 
 _INSTALL = "pip install 'comlrl-env[games]'"
 
@@ -381,6 +381,14 @@ class OpenSpielEnv(TextParallelEnv):
         self.task["paid"] = returns
         return rewards, bool(state.is_terminal())
 
+    def reference_bots(self) -> dict[str, FixedPolicy]:
+        """The benchmark's reference rows for this game (`comlrl_env.benchmark.scripted_policies`): the
+        uniform random bot, and MCTS (50 simulations) where it applies, each in every seat."""
+        bots: dict[str, FixedPolicy] = {"random-bot": OpenSpielBot("random", seed=0)}
+        if mcts_applies(self.game.get_type()):
+            bots["mcts-bot"] = OpenSpielBot("mcts", seed=0, simulations=50)
+        return bots
+
     def clone(self) -> "OpenSpielEnv":
         """An independent copy at the same state (the pyspiel state is cloned, the game shared)."""
         twin = super().clone()
@@ -392,6 +400,13 @@ class OpenSpielEnv(TextParallelEnv):
         if text is not None and self.game_state is not None:
             text += "\n" + str(self.game_state)
         return text
+
+
+def mcts_applies(game_type: Any) -> bool:
+    """True for the games OpenSpiel's MCTS bot plays: sequential, perfect information, terminal rewards."""
+    return (game_type.dynamics == pyspiel.GameType.Dynamics.SEQUENTIAL
+            and game_type.information == pyspiel.GameType.Information.PERFECT_INFORMATION
+            and game_type.reward_model == pyspiel.GameType.RewardModel.TERMINAL)
 
 
 class OpenSpielBot(FixedPolicy):
@@ -436,11 +451,7 @@ class OpenSpielBot(FixedPolicy):
         from open_spiel.python.algorithms import mcts
 
         game_type = env.game.get_type()
-        if (
-            game_type.dynamics != pyspiel.GameType.Dynamics.SEQUENTIAL
-            or game_type.information != pyspiel.GameType.Information.PERFECT_INFORMATION
-            or game_type.reward_model != pyspiel.GameType.RewardModel.TERMINAL
-        ):
+        if not mcts_applies(game_type):
             raise ValueError(
                 f"OpenSpielBot('mcts') needs a sequential, perfect-information game with terminal rewards; "
                 f"{game_type.short_name!r} is {game_type.dynamics.name.lower()}, "

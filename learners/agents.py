@@ -18,13 +18,14 @@ from __future__ import annotations
 
 import contextlib
 import os
+from concurrent.futures import ThreadPoolExecutor
 from typing import Any, Iterator, Sequence
 
 import torch
 from transformers import AutoModelForCausalLM, AutoTokenizer, PreTrainedModel, PreTrainedTokenizerBase
 
-__all__ = ["agent_count", "check_device", "check_model_path", "convert_gguf", "enable_gradient_checkpointing", "hub_progress_hidden",
-           "load_agents", "load_causal_lm", "model_name", "prepare_tokenizer", "resolve_devices",
+__all__ = ["agent_count", "check_device", "check_model_path", "convert_gguf", "distinct_accelerators",
+           "enable_gradient_checkpointing", "hub_progress_hidden", "load_agents", "load_causal_lm", "model_name", "per_agent", "prepare_tokenizer", "resolve_devices",
            "save_pretrained_with_head"]
 
 _MODEL_CONFIG_KEYS = {"dtype", "torch_dtype", "attn_implementation", "model_kwargs", "special_tokens",
@@ -308,3 +309,21 @@ def save_pretrained_with_head(model: torch.nn.Module, path: str, tokenizer: Any 
             torch.save(head.state_dict(), os.path.join(path, "value_head.pt"))
     if tokenizer is not None:
         tokenizer.save_pretrained(path)
+
+
+def distinct_accelerators(devices: Sequence[torch.device]) -> bool:
+    """True when every model sits on its own accelerator, so per-agent work can overlap in threads.
+
+    CPU models never run concurrently: they would share the CPU's random generator (sampling
+    order would depend on thread timing) and its cores.
+    """
+    devices = [torch.device(d) for d in devices]
+    return len(devices) > 1 and all(d.type != "cpu" for d in devices) and len(set(devices)) == len(devices)
+
+
+def per_agent(fn: Any, num_agents: int, concurrent: bool) -> list[Any]:
+    """`[fn(0), ..., fn(A - 1)]`, in threads (one per agent) when `concurrent`; results in agent order."""
+    if not concurrent:
+        return [fn(a) for a in range(num_agents)]
+    with ThreadPoolExecutor(max_workers=num_agents) as pool:
+        return list(pool.map(fn, range(num_agents)))

@@ -96,10 +96,11 @@ class AgentPolicy:
         if len(self.models) not in (1, len(agent_ids)):
             raise ValueError(f"{len(self.models)} agents given for an env with {len(agent_ids)} agents; "
                              f"give 1 (shared) or {len(agent_ids)}.")
-        actions: list[dict[AgentID, str]] = [{} for _ in observations]
+        actions: list[dict[AgentID, str]] = [dict.fromkeys(obs, "") for obs in observations]
         for i, agent in enumerate(agent_ids):
             model = i if len(self.models) > 1 else 0
-            rows = [k for k, obs in enumerate(observations) if agent in obs]
+            # Only where the agent is to move (turn-taking tasks): a waiting agent's text is ignored.
+            rows = [k for k, obs in enumerate(observations) if agent in obs and agent in envs[k].to_move()]
             if not rows:
                 continue
             batch = self.engine.generate(model, [observations[k][agent] for k in rows], 1, greedy=self.greedy)

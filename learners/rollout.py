@@ -39,7 +39,6 @@ from __future__ import annotations
 
 import itertools
 import time
-from concurrent.futures import ThreadPoolExecutor
 from typing import Any, Sequence
 
 import torch
@@ -47,6 +46,7 @@ from transformers import PreTrainedModel, PreTrainedTokenizerBase, StoppingCrite
 
 from comlrl_env.base import TextParallelEnv
 from comlrl_env.policies import FixedPolicy
+from learners.agents import distinct_accelerators, per_agent
 from learners.config import GenerationSettings
 from learners.samples import Rollout, SampleBatch
 from learners.sampling import StopRecorder, mask_completions, sample_completions, supports_lean_sampling
@@ -468,24 +468,6 @@ def _backup(levels: list[dict[str, Any]], discount: float) -> list[torch.Tensor]
         counts = torch.zeros(lv["num_nodes"]).index_add_(0, lv["node"], torch.ones(len(R)))
         child_node_mean = sums / counts[:, None]
     return out
-
-
-def distinct_accelerators(devices: Sequence[torch.device]) -> bool:
-    """True when every model sits on its own accelerator, so per-agent work can overlap in threads.
-
-    CPU models never run concurrently: they would share the CPU's random generator (sampling
-    order would depend on thread timing) and its cores.
-    """
-    devices = [torch.device(d) for d in devices]
-    return len(devices) > 1 and all(d.type != "cpu" for d in devices) and len(set(devices)) == len(devices)
-
-
-def per_agent(fn: Any, num_agents: int, concurrent: bool) -> list[Any]:
-    """`[fn(0), ..., fn(A - 1)]`, in threads (one per agent) when `concurrent`; results in agent order."""
-    if not concurrent:
-        return [fn(a) for a in range(num_agents)]
-    with ThreadPoolExecutor(max_workers=num_agents) as pool:
-        return list(pool.map(fn, range(num_agents)))
 
 
 def joint_combinations(per_node: int, movers: Sequence[bool], joint_mode: str) -> list[tuple[int, ...]]:
