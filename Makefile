@@ -4,7 +4,7 @@ VENV    := .venv
 BIN     := $(VENV)/bin
 STAMP   := $(VENV)/.installed
 
-.PHONY: demo test test-slow bench clean
+.PHONY: demo test test-slow bench bench-learning clean
 
 $(STAMP): pyproject.toml
 	test -x $(BIN)/python || $(PY) -m venv $(VENV)
@@ -24,6 +24,12 @@ test-slow: $(STAMP)
 
 bench: $(STAMP)
 	bash benchmarks/run.sh
+
+# Reward vs sampled completions, ours and comlrl 1.4.3's, at equal budgets (~30 min on 2 cores; --smoke: 2 min).
+bench-learning: $(STAMP)
+	bash benchmarks/setup_ref_venv.sh
+	$(BIN)/python benchmarks/make_models.py tiny
+	$(BIN)/python benchmarks/learning.py $(ARGS)
 
 clean:
 	rm -rf $(VENV) build *.egg-info
