@@ -86,7 +86,11 @@ class Guard:
         self.offset = 0  # completions sampled before the learner's rollouts (MARLHF's preference candidates)
         self.seen = 0
 
-    def _point(self, completions: int) -> None:
+    def _point(self, completions: int, metrics: dict | None = None) -> None:
+        if self.recorder.fn is None:  # an env task: its own rewards, as the learner's rollout mean
+            if metrics is not None:
+                self.curve.append([completions, metrics["train/reward_mean"], 1])
+            return
         new = self.recorder.values[self.seen:]
         if new:
             self.curve.append([completions, sum(new) / len(new), len(new)])
@@ -103,7 +107,7 @@ class Guard:
         if bad:
             raise lt.NonFiniteReward(f"non-finite metrics at rollout {learner.rollouts_done}: {bad}")
         done = self.offset + learner.completions_sampled
-        self._point(done)
+        self._point(done, metrics)
         if done >= self.budget:
             raise lt.BudgetReached(f"{done} completions")
 
@@ -121,6 +125,11 @@ def build_ours(learner: str, task: str, seed: int, model: str, rows: list, rewar
                   shuffle=False, eval_interval=0, agent_devices="cpu", verbose=False, seed=seed)
     kw = dict(agent_model=model, train_dataset=rows, reward_func=reward, formatters=spec.formatters,
               external_transition=spec.transition, callbacks=callbacks)
+    if spec.env_id is not None:  # a registered env plays its own turns and pays its own rewards
+        if learner == "marlhf":
+            raise NotImplementedError("MARLHF here learns from dataset + reward tasks only")
+        kw = dict(env=spec.env_id, agent_model=model, callbacks=callbacks)
+        common.update(num_turns=1, episodes_per_epoch=lt.NUM_PROMPTS)
     if learner in ("magrpo", "magrpo_cross"):
         cfg = MAGRPOConfig(**common, num_generations=k, rollout_buffer_size=s["rollout_prompts"],
                            joint_mode="cross" if learner == "magrpo_cross" else "aligned")
@@ -321,6 +330,7 @@ def main(argv=None) -> int:
     budget = a.budget or (SMOKE_BUDGET if a.smoke else BUDGET)
     seeds = [0] if a.smoke and a.seeds == [0, 1, 2] else a.seeds
     ref_tasks, ref_learners = (a.tasks[:1], a.ref_learners[:1]) if a.smoke else (a.tasks, a.ref_learners)
+    ref_tasks = [t for t in ref_tasks if lt.TASKS[t].env_id is None]  # the reference has no env tasks
     model = os.path.abspath(a.model)
     if not os.path.isdir(model):
         raise SystemExit(f"no model at {model}: run `.venv/bin/python benchmarks/make_models.py tiny`")

@@ -49,9 +49,11 @@ class Task:
 
     def __init__(self, name: str, rows: Callable[[], List[Dict[str, Any]]], reward: Callable[..., List[float]],
                  num_turns: int = 1, formatters: Optional[Sequence[Callable[..., str]]] = None,
-                 transition: Optional[Callable[..., List[str]]] = None, doc: str = "") -> None:
+                 transition: Optional[Callable[..., List[str]]] = None, doc: str = "",
+                 env_id: Optional[str] = None) -> None:
         self.name, self.rows, self.reward = name, rows, reward
         self.num_turns, self.formatters, self.transition, self.doc = num_turns, formatters, transition, doc
+        self.env_id = env_id  # a registered env (ours only: the reference trains on dataset + reward tasks)
 
 
 # ----- dense: whitespace -----
@@ -160,6 +162,8 @@ TASKS: Dict[str, Task] = {
                       doc="2 turns with feedback: guess a digit"),
     "coord": Task("coord", _coord_rows, partner_word_reward, formatters=[_coord_formatter(0), _coord_formatter(1)],
                   doc="each agent sees only its partner's word"),
+    "hanabi": Task("hanabi", lambda: [], None, num_turns=2, env_id="openspiel/tiny_hanabi-v0",
+                   doc="cooperative game, turn-taking: OpenSpiel tiny_hanabi (ours only)"),
 }
 
 

@@ -293,7 +293,8 @@ class Learner(abc.ABC):
         if self.relabel is not None:
             rollout = self.relabel(rollout)
         self.env_steps += int(self.dist.sum(rollout.num_joint_actions))
-        self.completions_sampled += int(self.dist.sum(rollout.num_samples))
+        sampled = rollout.num_samples if rollout.acted is None else int(rollout.acted.sum()) // max(self.num_agents, 1)
+        self.completions_sampled += int(self.dist.sum(sampled))  # per agent; a waiting agent's rows sample nothing
         self.last_rollout = rollout
         return rollout
 
