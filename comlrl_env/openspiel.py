@@ -279,7 +279,8 @@ class OpenSpielEnv(TextParallelEnv):
         """Chance outcomes applied in this episode, in order."""
         return list(self.task["chance_history"]) if self.task else []
 
-    def _player(self, agent: AgentID) -> int:
+    def player(self, agent: AgentID) -> int:
+        """The OpenSpiel player index `agent` plays (`agent_i` is player i)."""
         if agent not in self.possible_agents:
             raise ValueError(f"unknown agent {agent!r}; agents: {self.possible_agents}.")
         return self.possible_agents.index(agent)
@@ -297,7 +298,7 @@ class OpenSpielEnv(TextParallelEnv):
 
     def legal_actions(self, agent: AgentID) -> list[str]:
         """The action texts `agent` may send now; empty when it is not to move."""
-        player = self._player(agent)
+        player = self.player(agent)
         if agent not in self.to_move():
             return []
         return [self.game_state.action_to_string(player, a) for a in self.game_state.legal_actions(player)]
@@ -330,7 +331,7 @@ class OpenSpielEnv(TextParallelEnv):
         game_type = self.game.get_type()
         observations = {}
         for agent in self.agents:
-            player = self._player(agent)
+            player = self.player(agent)
             if self.view == "observation":
                 view = self.game_state.observation_string(player)
             else:
@@ -360,7 +361,7 @@ class OpenSpielEnv(TextParallelEnv):
         movers = self.to_move()
         chosen: dict[int, int] = {}
         for agent in movers:
-            player = self._player(agent)
+            player = self.player(agent)
             legal = state.legal_actions(player)
             texts = [state.action_to_string(player, a) for a in legal]
             index = parse_action(actions.get(agent, ""), texts)
@@ -468,7 +469,7 @@ class OpenSpielBot(FixedPolicy):
             random_state=np.random.RandomState(seed + 1),
         )
         action = bot.step(state)
-        return state.action_to_string(env._player(agent), action)
+        return state.action_to_string(env.player(agent), action)
 
     def describe(self) -> dict[str, Any]:
         info: dict[str, Any] = {"policy": "openspiel_bot", "kind": self.kind, "seed": self.seed}

@@ -103,7 +103,7 @@ def test_summed_rewards_equal_openspiel_returns(env_id):
             movers = env.to_move()
             _, rewards, terminations, truncations, infos = env.step(actions)
             assert not any("invalid_action" in info for info in infos.values()), infos
-            moves.append({env._player(a): infos[a]["action_played"] for a in movers})
+            moves.append({env.player(a): infos[a]["action_played"] for a in movers})
             assert all(infos[a]["action_played"] == actions[a] for a in movers)
             for agent, reward in rewards.items():
                 totals[agent] += reward
