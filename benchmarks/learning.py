@@ -52,7 +52,6 @@ import statistics
 import subprocess
 import sys
 import time
-import traceback
 import warnings
 
 HERE = os.path.dirname(os.path.abspath(__file__))
@@ -176,12 +175,7 @@ def run_ours(learner: str, task: str, seed: int, model: str, budget: int, out: s
     except lt.BudgetReached:
         pass
     except Exception as exc:  # noqa: BLE001 - a failed run is a result, not a crash of the sweep
-        cause = exc
-        while cause is not None and not isinstance(cause, (lt.BudgetReached, lt.NonFiniteReward)):
-            cause = cause.__cause__ or cause.__context__
-        if not isinstance(cause, lt.BudgetReached):
-            record["error"] = f"{type(exc).__name__}: {exc}"
-            record["traceback"] = traceback.format_exc()[-2000:]
+        record.update(lt.run_error(exc))
     policy = getattr(learner_obj, "policy", learner_obj)
     record["seconds"] = round(time.perf_counter() - t0, 2)
     record["completions"] = (guard.offset + policy.completions_sampled) if policy is not None else 0

@@ -31,6 +31,7 @@ from __future__ import annotations
 import difflib
 import random
 import re
+import traceback
 from typing import Any, Callable, Dict, List, Optional, Sequence
 
 __all__ = ["TASKS", "Task", "dataset", "NUM_PROMPTS"]
@@ -238,6 +239,17 @@ class RewardRecorder:
         if self.active:
             self.values.extend(float(v) for v in out)
         return out
+
+
+def run_error(exc: BaseException) -> Dict[str, Any]:
+    """What a run that raised `exc` records: nothing when the budget stopped it (possibly wrapped in another
+    exception by the trainer), else the error and the end of its traceback (NaN rewards included)."""
+    cause: Optional[BaseException] = exc
+    while cause is not None and not isinstance(cause, (BudgetReached, NonFiniteReward)):
+        cause = cause.__cause__ or cause.__context__
+    if isinstance(cause, BudgetReached):
+        return {}
+    return {"error": f"{type(exc).__name__}: {exc}", "traceback": traceback.format_exc()[-2000:]}
 
 
 def final_reward(curve: Sequence[Sequence[float]], budget: int, fraction: float = SETTINGS["final_fraction"]) -> Optional[float]:

@@ -58,13 +58,7 @@ if HERE not in sys.path:
 
 import workload  # noqa: E402
 
-# Offline, quiet, and no W&B.
-os.environ.setdefault("HF_HUB_OFFLINE", "1")
-os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
-os.environ.setdefault("HF_DATASETS_OFFLINE", "1")
-os.environ.setdefault("WANDB_MODE", "disabled")
-os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
-os.environ.setdefault("TRANSFORMERS_VERBOSITY", "error")
+workload.offline_and_quiet()
 
 LEARNERS = ("magrpo", "iac", "maac", "marlhf")
 

@@ -25,20 +25,15 @@ import os
 import random
 import sys
 import time
-import traceback
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 if HERE not in sys.path:
     sys.path.insert(0, HERE)
 
 import learning_tasks as lt  # noqa: E402
+import workload  # noqa: E402
 
-os.environ.setdefault("HF_HUB_OFFLINE", "1")
-os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
-os.environ.setdefault("HF_DATASETS_OFFLINE", "1")
-os.environ.setdefault("WANDB_MODE", "disabled")
-os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
-os.environ.setdefault("TRANSFORMERS_VERBOSITY", "error")
+workload.offline_and_quiet()
 
 LEARNERS = ("magrpo", "iac_separate", "iac_shared", "maac")
 CHUNK = 8  # rewards per curve point
@@ -96,12 +91,7 @@ def run(learner: str, task: str, seed: int, model: str, budget: int) -> dict:
     except lt.BudgetReached:
         pass
     except Exception as exc:  # noqa: BLE001 - a failed run is a result (NaN included), not a crash of the sweep
-        cause = exc
-        while cause is not None and not isinstance(cause, (lt.BudgetReached, lt.NonFiniteReward)):
-            cause = cause.__cause__ or cause.__context__
-        if not isinstance(cause, lt.BudgetReached):
-            record["error"] = f"{type(exc).__name__}: {exc}"
-            record["traceback"] = traceback.format_exc()[-2000:]
+        record.update(lt.run_error(exc))
     v = recorder.values
     record["seconds"] = round(time.perf_counter() - t0, 2)
     record["completions"] = len(v)

@@ -20,6 +20,15 @@ import sys
 import time
 from typing import Any, Dict, List, Sequence
 
+
+def offline_and_quiet() -> None:
+    """Set (unless already set) the environment a benchmark process runs in: offline hub and datasets,
+    W&B disabled, no tokenizer threads, transformers' errors only. Call it before importing transformers."""
+    for name, value in (("HF_HUB_OFFLINE", "1"), ("TRANSFORMERS_OFFLINE", "1"), ("HF_DATASETS_OFFLINE", "1"),
+                        ("WANDB_MODE", "disabled"), ("TOKENIZERS_PARALLELISM", "false"),
+                        ("TRANSFORMERS_VERBOSITY", "error")):
+        os.environ.setdefault(name, value)
+
 __all__ = [
     "TOPICS",
     "PROMPTS",

@@ -278,7 +278,7 @@ class RolloutEngine:
         joint_count = 0
         while nodes:
             states = [env.state() for env in nodes]  # joint text before acting (centralized critics)
-            movers = [[agent in env.to_move() for agent in agent_ids] for env in nodes]  # (nodes, seats)
+            movers = [[agent in moving for agent in agent_ids] for moving in (set(env.to_move()) for env in nodes)]
             t0 = time.perf_counter()
             batches, texts = self.act_turn(nodes, observations, movers, per_node, greedy)
             timings["generate"] += time.perf_counter() - t0
@@ -372,7 +372,8 @@ class RolloutEngine:
         """Agent `agent`'s rows for every node: `batch` (its samples where it moved, nodes `moving`) with,
         at the other nodes, `per_node` rows of the node's prompt and no sampled token (critics still read
         the prompt), in node order."""
-        idle = [n for n in range(len(prompts)) if n not in set(moving)]
+        acting = set(moving)
+        idle = [n for n in range(len(prompts)) if n not in acting]
         if not idle:
             return batch
         ids, mask = self._encode(agent, [prompts[n] for n in idle])
