@@ -4,9 +4,10 @@
     .venv/bin/python benchmarks/learning.py --smoke --no-reference  # < 2 min: the test's configuration
     .venv/bin/python benchmarks/learning.py --tasks dense coord --learners magrpo maac --seeds 0 --budget 128
 
-Rows (ours): `magrpo`, `magrpo_cross` (joint_mode="cross"), `iac_separate` (use_separate_critic=True),
-`iac_shared` (a value head on the actor), `maac`, `marlhf` (rl_algorithm="magrpo"; single-turn tasks only,
-as preference learning scores single-turn joint answers). Reference rows (`ref_*`, its own venv via
+Rows (ours): `magrpo`, `magrpo_cross` (joint_mode="cross"), `magrpo_cf` (cross with
+advantage_mode="counterfactual"), `iac_separate` (use_separate_critic=True), `iac_shared` (a value head on
+the actor), `maac`, `marlhf` (rl_algorithm="magrpo"; single-turn tasks only, as preference learning scores
+single-turn joint answers). Reference rows (`ref_*`, its own venv via
 `reference_learning.py`): MAGRPO, IAC (separate critic) and MAAC; `--ref-learners` adds `iac_shared`. Tasks (`learning_tasks.py`, dataset + reward function
 (+ external transition), so both libraries run the very same task): `dense`, `sparse`, `multiturn`, `coord`.
 
@@ -67,7 +68,7 @@ os.environ.setdefault("HF_HUB_OFFLINE", "1")
 os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
 os.environ.setdefault("TRANSFORMERS_VERBOSITY", "error")
 
-LEARNERS = ("magrpo", "magrpo_cross", "iac_separate", "iac_shared", "maac", "marlhf")
+LEARNERS = ("magrpo", "magrpo_cross", "magrpo_cf", "iac_separate", "iac_shared", "maac", "marlhf")
 REF_LEARNERS = ("magrpo", "iac_separate", "iac_shared", "maac")
 DEFAULT_REF_LEARNERS = ("magrpo", "iac_separate", "maac")
 REF_PYTHON = os.path.join(HERE, ".venv-ref", "bin", "python")
@@ -129,9 +130,10 @@ def build_ours(learner: str, task: str, seed: int, model: str, rows: list, rewar
             raise NotImplementedError("MARLHF here learns from dataset + reward tasks only")
         kw = dict(env=spec.env_id, agent_model=model, callbacks=callbacks)
         common.update(num_turns=1, episodes_per_epoch=lt.NUM_PROMPTS)
-    if learner in ("magrpo", "magrpo_cross"):
+    if learner in ("magrpo", "magrpo_cross", "magrpo_cf"):
         cfg = MAGRPOConfig(**common, num_generations=k, rollout_buffer_size=s["rollout_prompts"],
-                           joint_mode="cross" if learner == "magrpo_cross" else "aligned")
+                           joint_mode="aligned" if learner == "magrpo" else "cross",
+                           advantage_mode="counterfactual" if learner == "magrpo_cf" else "mean")
         return MAGRPO(args=cfg, **kw)
     if learner == "marlhf":
         if spec.num_turns > 1:

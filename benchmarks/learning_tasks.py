@@ -200,7 +200,7 @@ def completions_per_episode(learner: str, task: str) -> int:
     """Completions each agent samples per task instance: a tree of K children per joint action (MAGRPO,
     aligned: K + K^2 for 2 turns; cross: K + K^2 * K) or one chain (IAC/MAAC, K = 1 on several turns)."""
     k, turns = group_size(learner, task), TASKS[task].num_turns
-    joint_per_node = k * k if learner.endswith("cross") else k
+    joint_per_node = k * k if learner in ("magrpo_cross", "magrpo_cf") else k
     total, nodes = 0, 1
     for _ in range(turns):
         total += nodes * k

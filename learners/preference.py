@@ -224,7 +224,8 @@ class MARLHF:
         per_task = torch.zeros(B).index_add_(0, rollout.task, scores) / torch.bincount(rollout.task, minlength=B)
         return dataclasses.replace(rollout, rewards=rewards, returns=rewards.clone(),
                                    episode_returns=per_task.expand(A, B).clone(),
-                                   task_episode_returns=rollout.episode_returns)
+                                   task_episode_returns=rollout.episode_returns,
+                                   joint_rows=None, joint_returns=None, joint_fixed=None)  # the task's, not scored
 
     def _restore(self, path: str) -> None:
         """Rebuild the frozen reward model a checkpoint holds, then load everything (weights, pairs, counters)."""

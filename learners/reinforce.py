@@ -39,12 +39,13 @@ __all__ = [
     "MAGRPOTrainer",
     "POLICY_STATS",
     "acting_advantages",
+    "counterfactual_advantages",
     "group_relative_advantages",
     "policy_loss",
     "policy_stats",
 ]
 
-ADVANTAGE_MODES = ("mean", "raw", "max", "rloo")
+ADVANTAGE_MODES = ("mean", "raw", "max", "rloo", "counterfactual")
 
 
 @dataclasses.dataclass
@@ -58,10 +59,15 @@ class MAGRPOConfig(LearnerConfig):
     rollout_mode: str = "tree"
     """"tree": every node expands K children (the seed system); "parallel": K independent episodes per task."""
     advantage_mode: str = "mean"
-    """Baseline: "mean" R - mean(R), "raw" R, "max" R - max(R), "rloo" R - mean of the other samples."""
+    """Baseline: "mean" R - mean(R), "raw" R, "max" R - max(R), "rloo" R - mean of the other samples,
+    "counterfactual" (joint_mode="cross" only) COMA-style credit from each node's joint table: Q_i(j) minus
+    the mean over agent i's K alternatives with the others' actions fixed, averaged over the joint actions
+    holding the sample (`counterfactual_advantages`). Unnormalized it equals "mean"; normalized it divides by
+    the std over the node's joint table, so an agent that matters only jointly with others gets ~0, not noise."""
     advantage_normalization: bool = True
-    """Divide group-centred advantages by the group's population std (floored at 1e-6). With it on, the
-    four modes differ only by scale and shift inside a group, so use it off to compare baselines."""
+    """Divide group-centred advantages by the group's population std (floored at 1e-6). With it on, mean, raw,
+    max and rloo differ only by scale and shift inside a group, so use it off to compare baselines
+    ("counterfactual" divides by the std over the node's joint table instead)."""
     clip_range: float = 0.2
     """PPO clipping of the ratio pi / pi_old when a rollout feeds several optimizer steps."""
     length_normalization: bool = False
@@ -75,6 +81,10 @@ class MAGRPOConfig(LearnerConfig):
         if self.joint_mode == "cross" and self.rollout_mode != "tree":
             raise ValueError("joint_mode='cross' needs rollout_mode='tree'.")
         canonicalize(self, "advantage_mode", ADVANTAGE_MODES)
+        if self.advantage_mode == "counterfactual" and self.joint_mode != "cross":
+            raise ValueError(f"advantage_mode='counterfactual' needs every combination of the agents' samples "
+                             f"(joint_mode='cross'), got joint_mode={self.joint_mode!r}. Set joint_mode='cross', "
+                             "or use advantage_mode='mean'.")
         if self.clip_range <= 0:
             raise ValueError(f"clip_range must be > 0, got {self.clip_range}.")
 
@@ -97,6 +107,9 @@ def group_relative_advantages(
     """
     if mode not in ADVANTAGE_MODES:
         raise ValueError(f"mode must be one of {ADVANTAGE_MODES}, got {mode!r}.")
+    if mode == "counterfactual":
+        raise ValueError("mode='counterfactual' needs each node's joint table, not per-sample returns: "
+                         "use counterfactual_advantages(rollout).")
     R = returns.float()
     _, group = torch.unique(group, return_inverse=True)
     G = int(group.max()) + 1 if group.numel() else 0
@@ -139,6 +152,60 @@ def acting_advantages(returns: torch.Tensor, rollout: Rollout, mode: str = "mean
     return out
 
 
+def counterfactual_advantages(rollout: Rollout, normalize: bool = True, kl: torch.Tensor | None = None,
+                              kl_coef: float = 0.0, eps: float = 1e-6) -> torch.Tensor:
+    """COMA-style advantages `(A, S)` from the joint table of a cross-mode tree rollout (`Rollout.joint_rows`).
+
+    At a node with K samples per agent, Q_i(j) is agent i's return of joint action j = (k_1..k_N), minus
+    kl_coef * KL of agent i's sample in j when `kl` `(A, S)` is given. Holding the others' actions fixed,
+
+        A_i(j) = Q_i(j) - 1/K sum_{k'} Q_i(k', j_{-i}),   A_i(k) = mean_{j: j_i = k} A_i(j)
+
+    for agent i's sample k. Since every j_{-i} occurs once with each k, A_i(k) = Qbar_i(k) - mean of Q_i over
+    the node's table: unnormalized this IS "mean" mode (the marginal mean is already the counterfactual
+    baseline). `normalize` divides by the population std of A_i(j) over the node's whole table (its mean is
+    0), floored at `eps`, instead of the std of the K values A_i(k): an agent that matters only jointly (XOR)
+    has equal marginals, where mean mode divides ~0 by ~0, and gets ~0 here. j_{-i} holds the others'
+    samples where they move and the moving fixed seats' (`Rollout.joint_fixed`); an agent not to move at a
+    node gets advantage 0 there, as in `acting_advantages`.
+    Example: K = 2, Q_1 = [[3, 1], [2, 0]] (row k_1, column k_2): A_1(j) = [[.5, .5], [-.5, -.5]],
+    A_1(k) = [.5, -.5], std .5, normalized [1, -1]. XOR Q_1 = [[1, 0], [0, 1]]: A_1(k) = [0, 0].
+    """
+    if rollout.joint_rows is None or rollout.joint_returns is None:
+        raise ValueError("counterfactual advantages need the rollout's joint table (Rollout.joint_rows and "
+                         "joint_returns, which RolloutEngine.collect fills); this rollout has none.")
+    rows, Q = rollout.joint_rows, rollout.joint_returns.float()
+    (J, A), S = rows.shape, rollout.num_samples
+    acted = torch.ones(A, S, dtype=torch.bool) if rollout.acted is None else rollout.acted
+    fixed = torch.zeros(J, dtype=torch.long) if rollout.joint_fixed is None else rollout.joint_fixed
+    moves = torch.stack([acted[a, rows[:, a]] for a in range(A)], 1)  # (J, A) whether agent a moves in j's node
+    picks = torch.where(moves, rows, -1)  # a waiting agent's row is no choice of its own: leave it out of j_{-i}
+    _, group = torch.unique(rollout.group, return_inverse=True)
+    num_samples = torch.bincount(group)  # (G,) K of each node (tree mode: a group is one node)
+    node = group[rows[:, 0]]  # (J,)
+    out = torch.zeros(A, S)
+    for a in range(A):
+        on = moves[:, a]
+        if not bool(on.any()):
+            continue
+        q = Q[on, a] if kl is None else Q[on, a] - kl_coef * kl[a, rows[on, a]].float()
+        others = torch.cat([node[:, None], picks[:, :a], picks[:, a + 1:], fixed[:, None]], 1)[on]
+        _, context = torch.unique(others, dim=0, return_inverse=True)  # j_{-i}
+        size = torch.bincount(context)
+        if not torch.equal(size[context], num_samples[node[on]]):
+            raise ValueError(f"agent {a}'s joint actions do not hold each of its samples once per choice of the "
+                             "others': counterfactual advantages need a joint_mode='cross' tree rollout.")
+        adv = q - (torch.zeros(len(size)).index_add_(0, context, q) / size)[context]
+        ones = torch.ones(len(q))
+        if normalize:
+            G = len(num_samples)
+            var = torch.zeros(G).index_add_(0, node[on], adv**2) / torch.zeros(G).index_add_(0, node[on], ones)
+            adv = adv / var.sqrt().clamp(min=eps)[node[on]]
+        count = torch.zeros(S).index_add_(0, rows[on, a], ones)
+        out[a] = torch.zeros(S).index_add_(0, rows[on, a], adv) / count.clamp(min=1)
+    return out
+
+
 class MAGRPO(Learner):
     """Multi-agent GRPO on environment rollouts; see the module docstring for the objective."""
 
@@ -169,8 +236,11 @@ class MAGRPO(Learner):
         old = [self.old_logprobs(a, rollout) for a in range(self.num_agents)] if need_old else None
         kl = (reference_kl(self.reference_models, rollout.samples, old, self.seat_temperatures())
               if cfg.reference_kl_enabled else None)
-        returns = rollout.returns if kl is None else rollout.returns - cfg.reference_kl_coef * kl
-        advantages = acting_advantages(returns, rollout, cfg.advantage_mode, cfg.advantage_normalization)
+        if cfg.advantage_mode == "counterfactual":
+            advantages = counterfactual_advantages(rollout, cfg.advantage_normalization, kl, cfg.reference_kl_coef)
+        else:
+            returns = rollout.returns if kl is None else rollout.returns - cfg.reference_kl_coef * kl
+            advantages = acting_advantages(returns, rollout, cfg.advantage_mode, cfg.advantage_normalization)
         metrics = self.update(rollout, advantages, chunks, old)
         metrics["perf/seconds_update"] = time.perf_counter() - t0
         metrics.update(rollout_metrics(rollout, advantages, kl))

@@ -32,7 +32,8 @@ has joint actions C(j) (empty when the episode ended),
 
 which in parallel mode is the usual R_t = r_t + discount * R_{t+1}. In cross
 mode, agent a's sample k receives the mean reward/return of the joint actions
-that contain it.
+that contain it. The `Rollout` also keeps the joint table itself (`joint_rows`,
+`joint_returns`, `joint_fixed`) for MAGRPO's counterfactual advantages.
 """
 
 from __future__ import annotations
@@ -283,7 +284,7 @@ class RolloutEngine:
             batches, texts = self.act_turn(nodes, observations, movers, per_node, greedy)
             timings["generate"] += time.perf_counter() - t0
             t0 = time.perf_counter()
-            joint_node, joint_pick, joint_reward, child_of_joint = [], [], [], []
+            joint_node, joint_pick, joint_reward, child_of_joint, joint_fixed = [], [], [], [], []
             next_nodes, next_obs, next_task = [], [], []
             for n, env in enumerate(nodes):
                 combos = joint_combinations(per_node, movers[n], joint_mode)
@@ -293,6 +294,7 @@ class RolloutEngine:
                     obs, rew, term, trunc, infos = child.step(actions)
                     joint_node.append(n)
                     joint_pick.append([combo[s] for s in seats])
+                    joint_fixed.append(sum(combo[s] * per_node ** r for r, s in enumerate(self.fixed) if movers[n][s]))
                     joint_reward.append([rew[agent_ids[s]] for s in seats])
                     for a, s in enumerate(seats):
                         invalid[a] += "invalid_action" in infos.get(agent_ids[s], {})
@@ -313,6 +315,7 @@ class RolloutEngine:
                 pick=torch.tensor(joint_pick, dtype=torch.long).reshape(len(joint_node), A),  # (J, A) sample per agent
                 reward=torch.tensor(joint_reward, dtype=torch.float32).reshape(len(joint_node), A),  # (J, A)
                 child=torch.tensor(child_of_joint),
+                fixed=torch.tensor(joint_fixed, dtype=torch.long),  # (J,) the moving fixed seats' samples, one number
                 num_nodes=len(nodes),
                 task=torch.tensor(node_task),
                 group=group_of_node + group_offset,
@@ -403,7 +406,7 @@ class RolloutEngine:
         A = len(parts)
         joint_returns = _backup(levels, discount)
         # Per-agent sample values: mean over the joint actions that contain the sample.
-        rewards, returns, groups, turns, tasks, next_index, states = [], [], [], [], [], [], []
+        rewards, returns, groups, turns, tasks, next_index, states, joint_rows = [], [], [], [], [], [], [], []
         offset = 0
         for t, lv in enumerate(levels):
             S = lv["num_nodes"] * per_node
@@ -413,6 +416,7 @@ class RolloutEngine:
                 has_child = lv["child"] >= 0
                 nxt[lv["node"][has_child]] = offset + S + lv["child"][has_child]
             next_index.append(nxt)
+            joint_rows.append(offset + lv["node"][:, None] * per_node + lv["pick"])
             offset += S
             states += [text for text in lv["state"] for _ in range(per_node)]
             rew, ret = torch.zeros(A, S), torch.zeros(A, S)
@@ -451,6 +455,9 @@ class RolloutEngine:
             invalid_actions=invalid,
             num_joint_actions=joint_count,
             timings=timings,
+            joint_rows=torch.cat(joint_rows),
+            joint_returns=torch.cat(joint_returns),
+            joint_fixed=torch.cat([lv["fixed"] for lv in levels]),
         )
 
 

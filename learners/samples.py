@@ -85,6 +85,11 @@ class Rollout:
     task_episode_returns: torch.Tensor | None = None  # (A, B) the task's returns when a reward model relabelled
     acted: torch.Tensor | None = None  # (A, S) True where the agent was to move (None: everywhere)
     joint_actions: list[list[str]] | None = None  # (S,) every seat's action text per row, fixed seats included
+    # The joint table: every joint action played, over all turns. Row indices are rollout rows, so in tree mode
+    # joint action j belongs to the group (node) of its rows. None when a rollout was built otherwise.
+    joint_rows: torch.Tensor | None = None  # (J, A) row of each agent's sample in joint action j
+    joint_returns: torch.Tensor | None = None  # (J, A) discounted return of joint action j per agent
+    joint_fixed: torch.Tensor | None = None  # (J,) the moving fixed seats' samples in j as one number (0: none)
 
     def acting(self, agent: int, idx: torch.Tensor) -> torch.Tensor:
         """The rows of `idx` at which `agent` was to move (turn-taking tasks); its other rows hold no sampled

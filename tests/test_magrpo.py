@@ -123,7 +123,8 @@ NO_MODEL = "/nonexistent/model-dir"  # loading it would fail: errors below must 
 
 @pytest.mark.parametrize("kwargs, match", [
     (dict(num_generations=1), "num_generations must be >= 2 for a group baseline, got 1"),
-    (dict(advantage_mode="median"), "advantage_mode must be one of mean, raw, max, rloo"),
+    (dict(advantage_mode="median"), "advantage_mode must be one of mean, raw, max, rloo, counterfactual"),
+    (dict(advantage_mode="counterfactual"), "advantage_mode='counterfactual' needs .*got joint_mode='aligned'"),
     (dict(joint_mode="crossed"), "joint_mode must be one of aligned, cross, got 'crossed'"),
     (dict(rollout_mode="beam"), "rollout_mode must be one of tree, parallel, got 'beam'"),
     (dict(joint_mode="cross", rollout_mode="parallel"), "cross.*tree"),
