@@ -13,7 +13,7 @@ single-turn joint answers). Reference rows (`ref_*`, its own venv via
 
 Every run gets the same budget of sampled completions per agent (`--budget`), the same rows in the same
 seeded order, the same model (`benchmarks/_work/tiny`), reward, seed and settings
-(`learning_tasks.SETTINGS`: lr 5e-3 for agents and critics, temperature 1, top_p 1, no top_k, 12 new
+(`learning_tasks.SETTINGS`: lr 5e-3 for agents and critics, temperature 1, top_p 1, top_k 50, 12 new
 tokens, K = 4 samples per node; IAC/MAAC use K = 1 on the 2-turn task, as the reference must). The
 number of epochs is the budget over the completions an episode costs (MAGRPO's tree: K + K^2 on 2 turns,
 cross K + K^3); the run stops at the budget. Every reward the task's reward function computes is recorded
@@ -68,13 +68,13 @@ os.environ.setdefault("HF_HUB_OFFLINE", "1")
 os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
 os.environ.setdefault("TRANSFORMERS_VERBOSITY", "error")
 
-LEARNERS = ("magrpo", "magrpo_cross", "magrpo_cf", "iac_separate", "iac_shared", "maac", "marlhf")
+LEARNERS = ("magrpo", "magrpo_global", "magrpo_cross", "magrpo_cf", "iac_separate", "iac_shared", "maac", "marlhf")
 REF_LEARNERS = ("magrpo", "iac_separate", "iac_shared", "maac")
 DEFAULT_REF_LEARNERS = ("magrpo", "iac_separate", "maac")
 REF_PYTHON = os.path.join(HERE, ".venv-ref", "bin", "python")
 DEFAULT_MODEL = os.path.join(HERE, "_work", "tiny")
 DEFAULT_OUT = os.path.join(HERE, "_work", "learning")
-BUDGET, SMOKE_BUDGET = 1024, 16
+BUDGET, SMOKE_BUDGET = 512, 16
 
 
 class Guard:
@@ -130,10 +130,11 @@ def build_ours(learner: str, task: str, seed: int, model: str, rows: list, rewar
             raise NotImplementedError("MARLHF here learns from dataset + reward tasks only")
         kw = dict(env=spec.env_id, agent_model=model, callbacks=callbacks)
         common.update(num_turns=1, episodes_per_epoch=lt.NUM_PROMPTS)
-    if learner in ("magrpo", "magrpo_cross", "magrpo_cf"):
+    if learner in ("magrpo", "magrpo_global", "magrpo_cross", "magrpo_cf"):
         cfg = MAGRPOConfig(**common, num_generations=k, rollout_buffer_size=s["rollout_prompts"],
-                           joint_mode="aligned" if learner == "magrpo" else "cross",
-                           advantage_mode="counterfactual" if learner == "magrpo_cf" else "mean")
+                           joint_mode="cross" if learner in ("magrpo_cross", "magrpo_cf") else "aligned",
+                           advantage_mode="counterfactual" if learner == "magrpo_cf" else "mean",
+                           advantage_grouping="global" if learner == "magrpo_global" else "node")
         return MAGRPO(args=cfg, **kw)
     if learner == "marlhf":
         if spec.num_turns > 1:

@@ -182,7 +182,7 @@ SETTINGS: Dict[str, Any] = {
     "max_new_tokens": 12,
     "temperature": 1.0,
     "top_p": 1.0,
-    "top_k": None,
+    "top_k": 50,  # explicit on both sides: the reference's top_k=None still samples the top 50 (transformers' default)
     "learning_rate": 5e-3,  # agents and critics; a 0.3M random model needs a large step to move in a few hundred samples
     "rollout_prompts": 2,  # task instances per rollout (the reference MAGRPO's rollout_buffer_size)
     "ac_samples_per_step": 8,  # IAC/MAAC samples per optimizer step (the reference's rollout_buffer_size)

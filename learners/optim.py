@@ -13,6 +13,7 @@ minibatch mean, clips and steps. `adamw` builds every optimizer.
 
 from __future__ import annotations
 
+import math
 from typing import Any, Callable
 
 import torch
@@ -73,11 +74,19 @@ def gradient_step(model: torch.nn.Module, optimizer: torch.optim.Optimizer, loca
     global-minibatch mean, clip their norm to `max_grad_norm`, step. Returns the norm before clipping.
 
     A rank with no samples (`local_count` 0, no backward) joins the others' step with zero gradients.
+    A NaN or infinite gradient norm (a non-finite reward, return, loss or weight upstream) raises
+    `FloatingPointError` before the step, so the weights and the last checkpoint stay intact.
     """
     if dist is not None and dist.enabled:
         total = dist.sum(local_count)
         dist.average_gradients(model, local_count / total if total else 0.0)
     norm = clip_grad(model, max_grad_norm)
+    if not math.isfinite(norm):
+        optimizer.zero_grad(set_to_none=True)
+        raise FloatingPointError(
+            f"the gradient norm of {type(model).__name__} is {norm}: a reward, return or loss became NaN or "
+            "infinite, so training stops before this step (weights unchanged). Check the reward function for "
+            "NaN/inf, or lower the learning rate / keep max_grad_norm set if the losses grew without bound.")
     optimizer.step()
     return norm
 

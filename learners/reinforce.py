@@ -68,6 +68,10 @@ class MAGRPOConfig(LearnerConfig):
     """Divide group-centred advantages by the group's population std (floored at 1e-6). With it on, mean, raw,
     max and rloo differ only by scale and shift inside a group, so use it off to compare baselines
     ("counterfactual" divides by the std over the node's joint table instead)."""
+    advantage_grouping: str = "node"
+    """"node": each agent's samples are compared within their group (one tree node, or the copies of one task
+    instance at one turn), as in the paper; "global": one group per agent over the whole rollout (all task
+    instances and turns), for comparison only (measured in docs/DESIGN.md: less stable on several turns)."""
     clip_range: float = 0.2
     """PPO clipping of the ratio pi / pi_old when a rollout feeds several optimizer steps."""
     length_normalization: bool = False
@@ -81,6 +85,10 @@ class MAGRPOConfig(LearnerConfig):
         if self.joint_mode == "cross" and self.rollout_mode != "tree":
             raise ValueError("joint_mode='cross' needs rollout_mode='tree'.")
         canonicalize(self, "advantage_mode", ADVANTAGE_MODES)
+        canonicalize(self, "advantage_grouping", ("node", "global"))
+        if self.advantage_grouping == "global" and self.advantage_mode == "counterfactual":
+            raise ValueError("advantage_mode='counterfactual' compares samples within a node's joint table; it "
+                             "needs advantage_grouping='node'.")
         if self.advantage_mode == "counterfactual" and self.joint_mode != "cross":
             raise ValueError(f"advantage_mode='counterfactual' needs every combination of the agents' samples "
                              f"(joint_mode='cross'), got joint_mode={self.joint_mode!r}. Set joint_mode='cross', "
@@ -240,7 +248,9 @@ class MAGRPO(Learner):
             advantages = counterfactual_advantages(rollout, cfg.advantage_normalization, kl, cfg.reference_kl_coef)
         else:
             returns = rollout.returns if kl is None else rollout.returns - cfg.reference_kl_coef * kl
-            advantages = acting_advantages(returns, rollout, cfg.advantage_mode, cfg.advantage_normalization)
+            grouped = rollout if cfg.advantage_grouping == "node" else dataclasses.replace(
+                rollout, group=torch.zeros_like(rollout.group))  # one group per agent over the rollout
+            advantages = acting_advantages(returns, grouped, cfg.advantage_mode, cfg.advantage_normalization)
         metrics = self.update(rollout, advantages, chunks, old)
         metrics["perf/seconds_update"] = time.perf_counter() - t0
         metrics.update(rollout_metrics(rollout, advantages, kl))

@@ -28,7 +28,7 @@ def test_smoke_run_writes_results_table_and_plot(tiny_dir, tmp_path):
     assert set(results["tasks"]) == tasks
     runs = results["runs"]
     assert {(r["learner"], r["task"]) for r in runs} == {
-        (lr, t) for lr in ("magrpo", "magrpo_cross", "magrpo_cf", "iac_separate", "iac_shared", "maac", "marlhf") for t in tasks}
+        (lr, t) for lr in ("magrpo", "magrpo_global", "magrpo_cross", "magrpo_cf", "iac_separate", "iac_shared", "maac", "marlhf") for t in tasks}
     for r in runs:
         if r["learner"] == "marlhf" and r["task"] in ("multiturn", "hanabi"):
             assert r["error"].startswith("not supported")

@@ -131,6 +131,8 @@ NO_MODEL = "/nonexistent/model-dir"  # loading it would fail: errors below must 
     (dict(num_train_epochs=0), "num_train_epochs must be a positive number"),
     (dict(discount=1.5), r"discount must be in \[0, 1\]"),
     (dict(lr_scheduler_type="step"), "lr_scheduler_type"),
+    (dict(advantage_grouping="batch"), "advantage_grouping must be one of node, global"),
+    (dict(advantage_grouping="global", advantage_mode="counterfactual", joint_mode="cross"), "needs advantage_grouping='node'"),
     (dict(parallel_training="ddp"), "parallel_training"),
 ])
 def test_config_errors(kwargs, match):
@@ -361,3 +363,63 @@ def test_linear_schedule_decays_to_zero(tiny_dir):
     learner.learn()
     assert lrs == [pytest.approx(1e-3), pytest.approx(5e-4)]
     assert learner.optimizers[0].param_groups[0]["lr"] == pytest.approx(0.0)
+
+
+# ----- a NaN stops training, weights intact ---------------------------------------------------
+
+
+def test_gradient_step_refuses_a_non_finite_gradient():
+    from learners.optim import adamw, gradient_step
+
+    model = torch.nn.Linear(3, 1)
+    before = [p.detach().clone() for p in model.parameters()]
+    optimizer = adamw(model.parameters(), lr=0.1)
+    (model(torch.tensor([[1.0, float("nan"), 0.0]])).sum()).backward()
+    with pytest.raises(FloatingPointError, match="gradient norm of Linear is nan.*weights unchanged"):
+        gradient_step(model, optimizer, 1, max_grad_norm=1.0)
+    assert all(torch.equal(b, p) for b, p in zip(before, model.parameters()))
+
+
+def test_a_nan_reward_stops_learning_with_a_clear_error(tiny_dir):
+    """NaN rewards are stopped at the source (the reward call names the task instance); NaN gradients from
+    anywhere else stop in `gradient_step` (above)."""
+    from rewards.calling import RewardFunctionError
+
+    calls = []
+
+    def reward(first, second):
+        calls.append(len(first))
+        return [float("nan") if len(calls) > 2 else 0.5 * (i % 2) for i in range(len(first))]
+
+    learner = MAGRPO(agent_model=tiny_dir, num_agents=2, reward_func=reward, train_dataset=dataset(),
+                     args=MAGRPOConfig(**{**FAST, "num_train_epochs": 2}, rollout_buffer_size=1))
+    with pytest.raises(RewardFunctionError, match="returned nan on dataset index .* rewards must be finite"):
+        learner.learn()
+    assert all(torch.isfinite(p).all() for agent in learner.agents for p in agent.parameters())
+
+
+def test_global_grouping_compares_every_sample_of_the_rollout(tiny_dir, monkeypatch):
+    """advantage_grouping="global": one group per agent over all task instances and turns; "node": per node."""
+    import learners.reinforce as reinforce
+
+    seen = {}
+    real = reinforce.acting_advantages
+
+    def spy(returns, rollout, mode, normalize):
+        seen["group"], seen["returns"] = rollout.group.clone(), returns.clone()
+        seen["advantages"] = real(returns, rollout, mode, normalize)
+        return seen["advantages"]
+
+    monkeypatch.setattr(reinforce, "acting_advantages", spy)
+    for grouping in ("node", "global"):
+        learner = MAGRPO(agent_model=tiny_dir, num_agents=2, reward_func=space_reward, train_dataset=dataset(2),
+                         args=MAGRPOConfig(**FAST, advantage_grouping=grouping, advantage_normalization=False))
+        learner.step(reset_roots(learner.env, learner.epoch_order(learner.env, 0)))
+        R = seen["returns"]
+        if grouping == "node":  # two task instances, K = 2 each: groups [0, 0, 1, 1]
+            assert seen["group"].tolist() == [0, 0, 1, 1]
+            expected = R - R.reshape(2, 2, 2).mean(-1, keepdim=True).repeat_interleave(2, -1).reshape(2, 4)
+        else:
+            assert seen["group"].tolist() == [0, 0, 0, 0]
+            expected = R - R.mean(1, keepdim=True)
+        assert torch.allclose(seen["advantages"], expected)
