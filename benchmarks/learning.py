@@ -74,7 +74,7 @@ DEFAULT_REF_LEARNERS = ("magrpo", "iac_separate", "maac")
 REF_PYTHON = os.path.join(HERE, ".venv-ref", "bin", "python")
 DEFAULT_MODEL = os.path.join(HERE, "_work", "tiny")
 DEFAULT_OUT = os.path.join(HERE, "_work", "learning")
-BUDGET, SMOKE_BUDGET = 512, 16
+BUDGET, SMOKE_BUDGET = 1024, 16
 
 
 class Guard:
@@ -129,7 +129,8 @@ def build_ours(learner: str, task: str, seed: int, model: str, rows: list, rewar
         if learner == "marlhf":
             raise NotImplementedError("MARLHF here learns from dataset + reward tasks only")
         kw = dict(env=spec.env_id, agent_model=model, callbacks=callbacks)
-        common.update(num_turns=1, episodes_per_epoch=lt.NUM_PROMPTS)
+        # The game decides who moves and when it ends, so completions per episode vary: run until the budget stops it.
+        common.update(num_turns=1, episodes_per_epoch=lt.NUM_PROMPTS, num_train_epochs=10_000)
     if learner in ("magrpo", "magrpo_global", "magrpo_cross", "magrpo_cf"):
         cfg = MAGRPOConfig(**common, num_generations=k, rollout_buffer_size=s["rollout_prompts"],
                            joint_mode="cross" if learner in ("magrpo_cross", "magrpo_cf") else "aligned",
@@ -147,7 +148,8 @@ def build_ours(learner: str, task: str, seed: int, model: str, rows: list, rewar
         return MARLHF(args=cfg, **kw)
     ac = dict(**common, num_generations=k, critic_learning_rate=s["learning_rate"],
               rollout_buffer_size=max(1, s["ac_samples_per_step"] // per_episode),
-              train_batch_size=s["ac_samples_per_step"])
+              # The reference steps once per turn on its buffer of 8 samples: as many steps per completion here.
+              train_batch_size=max(1, s["ac_samples_per_step"] // spec.num_turns))
     if learner == "maac":
         return MAAC(args=MAACConfig(**ac), critic_model=model, **kw)
     separate = learner == "iac_separate"
