@@ -1,15 +1,17 @@
 """Learning benchmark: reward against sampled completions, our learners and comlrl 1.4.3's, at equal budgets.
 
-    .venv/bin/python benchmarks/learning.py                       # everything (~30 min on 2 cores)
+    .venv/bin/python benchmarks/learning.py                       # everything (~31 min on 2 cores)
     .venv/bin/python benchmarks/learning.py --smoke --no-reference  # < 2 min: the test's configuration
     .venv/bin/python benchmarks/learning.py --tasks dense coord --learners magrpo maac --seeds 0 --budget 128
 
-Rows (ours): `magrpo`, `magrpo_cross` (joint_mode="cross"), `magrpo_cf` (cross with
+Rows (ours): `magrpo`, `magrpo_global` (advantage_grouping="global", one group per agent over the rollout),
+`magrpo_cross` (joint_mode="cross"), `magrpo_cf` (cross with
 advantage_mode="counterfactual"), `iac_separate` (use_separate_critic=True), `iac_shared` (a value head on
 the actor), `maac`, `marlhf` (rl_algorithm="magrpo"; single-turn tasks only, as preference learning scores
 single-turn joint answers). Reference rows (`ref_*`, its own venv via
 `reference_learning.py`): MAGRPO, IAC (separate critic) and MAAC; `--ref-learners` adds `iac_shared`. Tasks (`learning_tasks.py`, dataset + reward function
-(+ external transition), so both libraries run the very same task): `dense`, `sparse`, `multiturn`, `coord`.
+(+ external transition), so both libraries run the very same task): `dense`, `sparse`, `multiturn`, `coord`;
+plus `hanabi` (OpenSpiel tiny_hanabi, ours only: the reference trains on dataset + reward tasks).
 
 Every run gets the same budget of sampled completions per agent (`--budget`), the same rows in the same
 seeded order, the same model (`benchmarks/_work/tiny`), reward, seed and settings
@@ -21,20 +23,14 @@ in call order (`RewardRecorder`), so a curve is the mean *task* reward (MARLHF t
 trains on its reward model; its preference candidates count toward its budget) against completions per
 agent sampled so far. Final reward = mean training reward over the last 20% of the budget. A run whose
 reward, loss or any metric becomes NaN/inf stops, and its error is kept in results.json (the learners
-themselves do not raise on NaN; the logger drops non-finite values).
+themselves stop on a non-finite gradient norm before stepping, and reward calls reject NaN rewards).
 
-Budget arithmetic (measured with `--tasks dense multiturn --budget 64 --seeds 0` on the shared 2-core
-machine at a load average of ~2.5, one torch thread per process: with two threads on busy cores the
-reference's IAC ran 10x slower, so `BENCH_THREADS` defaults to 1 here): ours ~0.01 s per completion per
-agent plus ~0.3 s per run (64 completions: MAGRPO 0.5 s, IAC 0.6 s, MAAC 0.5 s after the first run's ~2 s of
-imports); the reference ~0.025 s per completion plus ~1 s per run and ~3 s per process (64 completions:
-MAGRPO 3.5 s, IAC 4.0 s, MAAC 4.1 s, one process per learner and task). Runs: ours 6 learners x 4 tasks - 3
-MARLHF multi-turn cells = 21 x 3 seeds = 63; reference 3 learners x 4 tasks x 3 seeds = 36 (its shared-head
-IAC is `--ref-learners magrpo iac_separate iac_shared maac`: 12 more runs, ~+6 min). At B completions per run:
-63 x (0.01 B + 0.3) + 36 x (0.025 B + 1) + 12 x 3 ~ 1.53 B + 91 s, so B = 1024 gives ~1660 s ~ 28 min
-(under 35 min, less on a quiet machine). Runs stop at the first rollout past the budget (ours: rollouts of
-8 completions on single-turn tasks, 40 for 2-turn MAGRPO, 136 for 2-turn cross) or at the first reward past
-it (the reference), so a run samples at most one rollout more.
+Run time (measured on the 2-core machine, one torch thread per process: with two threads on busy cores
+the reference's IAC ran 10x slower, so `BENCH_THREADS` defaults to 1): the default run (8 learners of ours x
+5 tasks - 6 MARLHF cells it cannot run, 3 learners of the reference x 4 tasks, 3 seeds, 1024 completions)
+took 1877 s (31 min); at 512 completions 847 s. Ours takes ~5 s per single-turn run, 20-30 s per IAC/MAAC
+run on the game; the reference ~20 s per run, ~45 s for IAC on 2 turns. Runs stop at the first rollout past
+the budget (ours) or at the first reward past it (the reference), so a run samples at most one rollout more.
 
 Outputs (`--out`, default benchmarks/_work/learning/): `results.json` (every run's curve
 `[completions, mean reward, rewards]`, final reward, error, seconds; settings and versions),
