@@ -71,7 +71,7 @@ class MAGRPOConfig(LearnerConfig):
     advantage_grouping: str = "node"
     """"node": each agent's samples are compared within their group (one tree node, or the copies of one task
     instance at one turn), as in the paper; "global": one group per agent over the whole rollout (all task
-    instances and turns), for comparison only (measured in docs/DESIGN.md: less stable on several turns)."""
+    instances and turns), for comparison only (docs/DESIGN.md: it learned less on a 2-turn task)."""
     clip_range: float = 0.2
     """PPO clipping of the ratio pi / pi_old when a rollout feeds several optimizer steps."""
     length_normalization: bool = False
