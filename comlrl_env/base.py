@@ -152,6 +152,7 @@ class TextParallelEnv(ParallelEnv[AgentID, str, str], metaclass=abc.ABCMeta):
         self.np_random, self.np_random_seed = seeding.np_random()
         self.task: Any = None
         self.task_index: int | None = None
+        self.task_subset: tuple[int, ...] | None = None  # set by select_tasks
         self.turn = 0
         self.prompt_history: dict[AgentID, list[str]] = {}
         self.response_history: dict[AgentID, list[str]] = {}
@@ -221,8 +222,38 @@ class TextParallelEnv(ParallelEnv[AgentID, str, str], metaclass=abc.ABCMeta):
 
     @property
     def num_tasks(self) -> int | None:
-        """Number of task instances (None for procedural tasks)."""
+        """Number of task instances (None for procedural tasks); after `select_tasks`, the number selected."""
+        if self.task_subset is not None:
+            return len(self.task_subset)
         return self.metadata.get("num_tasks")
+
+    def select_tasks(self, indices: Any) -> "TextParallelEnv":
+        """Keep only the task instances `indices` of the full set, renumbered `0..len(indices) - 1`; return self.
+
+        For a train/held-out split that never overlaps, as `datasets.Dataset.select` for rows:
+
+            train = make("smoke/Arithmetic-v1", max_operand=19).select_tasks(range(100, 400))
+            held_out = make("smoke/Arithmetic-v1", max_operand=19).select_tasks(range(100))
+
+        `reset(options={"task_index": i})` then plays instance `indices[i]`, a seeded reset without one draws
+        among the selected instances, and `num_tasks` (what learners and benchmarks iterate over) is
+        `len(indices)`; `infos[agent]["task_index"]` is the index within the selection. Procedural tasks
+        have no finite set: their instances are reset seeds, which learners and benchmarks already keep apart.
+        """
+        full = self.metadata.get("num_tasks")
+        if full is None:
+            raise ValueError(f"{self.metadata.get('name')} is procedural (num_tasks None): it has no task set to "
+                             "select from; hold out reset seeds instead.")
+        if self.task_subset is not None:
+            raise ValueError("select_tasks was already called on this env; select from a fresh env.")
+        picked = tuple(indices)
+        bad = [i for i in picked if isinstance(i, bool) or not isinstance(i, (int, np.integer)) or not 0 <= i < full]
+        if bad or not picked or len(set(picked)) != len(picked):
+            raise ValueError(f"select_tasks needs distinct int task indices in 0..{full - 1}; got {len(picked)} "
+                             f"indices, {len(picked) - len(set(picked))} repeated, out of range or not int: {bad[:5]}.")
+        picked = tuple(int(i) for i in picked)
+        self.task_subset = picked
+        return self
 
     def observation_space(self, agent: AgentID) -> gymnasium.spaces.Text:
         return self._observation_space
@@ -239,13 +270,15 @@ class TextParallelEnv(ParallelEnv[AgentID, str, str], metaclass=abc.ABCMeta):
         task_index = (options or {}).get("task_index")
         if task_index is not None:
             task_index = self._check_task_index(task_index)
+        if task_index is None and self.task_subset is not None:
+            task_index = int(self.np_random.integers(len(self.task_subset)))
         self.task_index = task_index
         self.agents = list(self.possible_agents)
         self.turn = 0
         self.prompt_history = {a: [] for a in self.agents}
         self.response_history = {a: [] for a in self.agents}
         self.last_actions, self.last_rewards, self._step_infos = {}, {}, {}
-        self.task = self.load_task(task_index)
+        self.task = self.load_task(task_index if self.task_subset is None else self.task_subset[task_index])
         self._observations = self._observe()
         return dict(self._observations), {a: self._info(a) for a in self.agents}
 

@@ -8,7 +8,7 @@ nothing, so copying the prompt (which shows the ideal answer) is no shortcut.
 
 ## smoke/FormatAgreement-v1
 
-Agents and roles: two symmetric `answerer`s.
+Agents and roles: two symmetric `answerer`s (`num_agents=` any other number, 1 for one agent alone).
 
 Observation: a word and a delimiter pair, e.g.
 `Answer with the word "apple" wrapped in [ and ], like this: [apple]`.
@@ -41,7 +41,8 @@ Agents and roles: `agent_0` (`doubler`) states twice the first number,
 `agent_1` (`adder`) states the sum.
 
 Observation: `a + b` with a, b in 0..9 (100 task instances;
-`task_index = 10 * a + b`) and the agent's own question.
+`task_index = 10 * a + b`) and the agent's own question. `max_operand=m`
+draws a, b from 0..m instead ((m + 1)^2 instances, `task_index = (m + 1) * a + b`).
 
 Action: text containing an integer; the first integer found is the answer.
 
@@ -49,6 +50,12 @@ Reward (cooperative, every agent gets it): the mean over agents of
 `max(0, 1 - |answer - target| / 10)`, so an answer off by 3 earns 0.7. An
 answer without an integer, or one that restates a prompt, earns 0 and is
 flagged `invalid_action`.
+
+One agent alone (`num_agents=1`, role `solver`): the one agent is asked both
+questions and answers with both numbers; the first two integers of its
+answer are taken as 2a and a + b, in that order, and the reward is the mean
+of their two credits, the team's scale. An answer with fewer than two
+integers is flagged `invalid_action` (a missing number earns 0).
 
 Termination: after the single turn.
 
@@ -96,9 +103,11 @@ class FormatAgreement(TextParallelEnv):
         self,
         delimiters: tuple[tuple[str, str], ...] = DELIMITERS,
         words: tuple[str, ...] = WORDS,
+        num_agents: int = 2,
         **kwargs,
     ) -> None:
-        super().__init__(num_agents=2, num_turns=1, roles=["answerer", "answerer"], **kwargs)
+        roles = ["answerer"] * num_agents if isinstance(num_agents, int) else None  # the base names a bad value
+        super().__init__(num_agents=num_agents, num_turns=1, roles=roles, **kwargs)
         delimiters = tuple((str(o), str(c)) for o, c in delimiters)
         if not delimiters or not all(o and c for o, c in delimiters):
             raise ValueError(f"delimiters must be non-empty (open, close) string pairs, got {delimiters!r}.")
@@ -140,35 +149,63 @@ class FormatAgreement(TextParallelEnv):
 
 
 class Arithmetic(TextParallelEnv):
-    """`a + b`: agent_0 states 2a, agent_1 states a + b; each answer earns credit by its distance."""
+    """`a + b`: agent_0 states 2a, agent_1 states a + b; each answer earns credit by its distance.
+
+    `max_operand` widens the operands (0..max_operand each); `num_agents=1` is the same task for one agent alone.
+    """
 
     metadata = {**TextParallelEnv.metadata, "name": "smoke/Arithmetic-v1", "num_tasks": 100}
 
-    def __init__(self, **kwargs) -> None:
-        super().__init__(num_agents=2, num_turns=1, roles=["doubler", "adder"], **kwargs)
+    def __init__(self, max_operand: int = 9, num_agents: int = 2, **kwargs) -> None:
+        if isinstance(max_operand, bool) or not isinstance(max_operand, int) or not 1 <= max_operand <= 999:
+            raise ValueError(f"max_operand must be an int in 1..999, got {max_operand!r}.")
+        if num_agents not in (1, 2):
+            raise ValueError(f"num_agents must be 2 (doubler and adder) or 1 (one agent answers both), "
+                             f"got {num_agents!r}.")
+        roles = ["doubler", "adder"] if num_agents == 2 else ["solver"]
+        super().__init__(num_agents=num_agents, num_turns=1, roles=roles, **kwargs)
+        self.max_operand = max_operand
+        self.metadata = {**type(self).metadata, "num_tasks": (max_operand + 1) ** 2}
 
     def load_task(self, task_index: int | None) -> dict:
         if task_index is None:
             task_index = int(self.np_random.integers(self.num_tasks))
-        a, b = divmod(task_index, 10)
-        return {"a": a, "b": b, "targets": {"agent_0": 2 * a, "agent_1": a + b}}
+        a, b = divmod(task_index, self.max_operand + 1)
+        return {"a": a, "b": b, "targets": [2 * a, a + b]}
 
     def prompts(self) -> dict[AgentID, str]:
         a, b = self.task["a"], self.task["b"]
+        if len(self.possible_agents) == 1:
+            return {"agent_0": f"Problem: {a} + {b}. What is twice the first number, and what is the sum? "
+                               "Answer with the two numbers, in that order.\n"}
         return {
             "agent_0": f"Problem: {a} + {b}. What is twice the first number? Answer with one number.\n",
             "agent_1": f"Problem: {a} + {b}. What is the sum? Answer with one number.\n",
         }
 
     def score(self, actions: dict[AgentID, str]) -> tuple[float, bool]:
+        targets = self.task["targets"]
+        if len(self.possible_agents) == 1:  # one answer holds both numbers: the first two integers, in order
+            text = actions["agent_0"]
+            echo = self.is_echo(text)
+            found = [] if echo else _INT.findall(text[:1000])[:2]
+            if len(found) < 2:
+                self.flag_invalid("agent_0", "the answer restates the prompt" if echo else
+                                  f"{len(found)} integers in the answer, 2 needed")
+            scores = [_credit(answer, target) for answer, target in zip(found, targets)]
+            return sum(scores) / len(targets), True
         scores = []
-        for agent in self.agents:
+        for agent, target in zip(self.agents, targets):
             echo = self.is_echo(actions[agent])
             match = None if echo else _INT.search(actions[agent][:1000])
             if match is None:
                 self.flag_invalid(agent, "the answer restates the prompt" if echo else "no integer in the answer")
                 scores.append(0.0)
                 continue
-            answer = int(match.group()[:12])  # 12 digits: huge numbers score 0 without a huge int
-            scores.append(max(0.0, 1.0 - abs(answer - self.task["targets"][agent]) / 10))
+            scores.append(_credit(match.group(), target))
         return sum(scores) / len(scores), True
+
+
+def _credit(answer: str, target: int) -> float:
+    """max(0, 1 - |answer - target| / 10); 12 digits at most, so a huge number scores 0 without a huge int."""
+    return max(0.0, 1.0 - abs(int(answer[:12]) - target) / 10)
