@@ -66,7 +66,7 @@ def test_arithmetic_max_operand_widens_the_instances() -> None:
     env = make("smoke/Arithmetic-v1", max_operand=19)
     assert env.num_tasks == 400
     env.reset(options={"task_index": 20 * 17 + 3})
-    assert env.task["targets"] == [34, 20]
+    assert env.task["targets"] == {"agent_0": 34, "agent_1": 20}
     _, rewards, *_ = env.step({"agent_0": "34", "agent_1": "23"})
     assert rewards["agent_0"] == pytest.approx((1.0 + 0.7) / 2)
     with pytest.raises(ValueError, match="max_operand"):

@@ -171,7 +171,7 @@ class Arithmetic(TextParallelEnv):
         if task_index is None:
             task_index = int(self.np_random.integers(self.num_tasks))
         a, b = divmod(task_index, self.max_operand + 1)
-        return {"a": a, "b": b, "targets": [2 * a, a + b]}
+        return {"a": a, "b": b, "targets": {"agent_0": 2 * a, "agent_1": a + b}}  # alone: both, in this order
 
     def prompts(self) -> dict[AgentID, str]:
         a, b = self.task["a"], self.task["b"]
@@ -184,7 +184,6 @@ class Arithmetic(TextParallelEnv):
         }
 
     def score(self, actions: dict[AgentID, str]) -> tuple[float, bool]:
-        targets = self.task["targets"]
         if len(self.possible_agents) == 1:  # one answer holds both numbers: the first two integers, in order
             text = actions["agent_0"]
             echo = self.is_echo(text)
@@ -192,10 +191,10 @@ class Arithmetic(TextParallelEnv):
             if len(found) < 2:
                 self.flag_invalid("agent_0", "the answer restates the prompt" if echo else
                                   f"{len(found)} integers in the answer, 2 needed")
-            scores = [_credit(answer, target) for answer, target in zip(found, targets)]
-            return sum(scores) / len(targets), True
+            scores = [_credit(answer, target) for answer, target in zip(found, self.task["targets"].values())]
+            return sum(scores) / 2, True
         scores = []
-        for agent, target in zip(self.agents, targets):
+        for agent, target in self.task["targets"].items():
             echo = self.is_echo(actions[agent])
             match = None if echo else _INT.search(actions[agent][:1000])
             if match is None:
