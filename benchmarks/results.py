@@ -55,7 +55,7 @@ from comlrl_env.base import TextParallelEnv  # noqa: E402
 from comlrl_env.benchmark import evaluate_policy, scripted_policies  # noqa: E402
 from comlrl_env.tasks.smoke import ALL_DELIMITERS  # noqa: E402
 from learners import IAC, MAGRPO, IACConfig, MAGRPOConfig  # noqa: E402
-from learners.agents import convert_gguf  # noqa: E402
+from learners.agents import convert_gguf, load_agents  # noqa: E402
 from learners.policy import AgentPolicy  # noqa: E402
 
 GGUF = "SmolLM2-135M-Instruct.Q4_1.gguf"
@@ -174,8 +174,6 @@ def train(run: Training, model_dir: str, out: str, scale: float, seed: int) -> s
         config = MAGRPOConfig(**common, rollout_mode=task.rollout_mode)
         learner_cls = MAGRPO
     if one_seat_game:  # one model object in both seats: shared parameters
-        from learners.agents import load_agents
-
         models, tokenizers = load_agents(agents=[model_dir])
         learner = learner_cls(env=env, agents=[models[0], models[0]], tokenizer=tokenizers[0], args=config)
     else:
@@ -186,9 +184,10 @@ def train(run: Training, model_dir: str, out: str, scale: float, seed: int) -> s
     learner.learn(checkpoint_dir=checkpoints, checkpoint_steps=8, checkpoint_total_limit=1,
                   resume_from_checkpoint=latest)
     learner.save_model(final)
-    with open(os.path.join(final, "done.json"), "w", encoding="utf-8") as f:
-        json.dump({"seconds": time.perf_counter() - start, "completions_per_agent": learner.completions_sampled,
-                   "resumed_from": latest, "config": dataclasses.asdict(run)}, f, indent=2)
+    # "seconds" counts this invocation only: a resumed run's earlier part is not in it.
+    write_json(os.path.join(final, "done.json"), {
+        "seconds": time.perf_counter() - start, "completions_per_agent": learner.completions_sampled,
+        "resumed_from": latest, "config": dataclasses.asdict(run)})
     shutil.rmtree(checkpoints, ignore_errors=True)  # the final agents are kept; optimizer states are not
     return final
 
