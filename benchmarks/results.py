@@ -75,6 +75,7 @@ class Task:
     kwargs: dict[str, Any]
     max_new_tokens: int
     rollout_mode: str = "tree"  # MAGRPO's; single-turn tasks are the same either way
+    has_alone_variant: bool = False  # the task takes num_agents=1 (else "alone" is one model in every seat)
 
     def env(self, split: str, alone: bool = False) -> TextParallelEnv:
         """The env of `split` ("train" or "held_out"); `alone`: the one-agent variant where the task has one."""
@@ -86,14 +87,10 @@ class Task:
         picked = order[:EVAL_EPISODES] if split == "held_out" else order[EVAL_EPISODES:]
         return env.select_tasks(sorted(int(i) for i in picked))
 
-    @property
-    def has_alone_variant(self) -> bool:
-        return self.env_id.startswith("smoke/")
-
 
 TASKS = {
-    "arithmetic": Task("arithmetic", "smoke/Arithmetic-v1", {"max_operand": 19}, 24),
-    "format": Task("format", "smoke/FormatAgreement-v1", {"delimiters": ALL_DELIMITERS}, 16),
+    "arithmetic": Task("arithmetic", "smoke/Arithmetic-v1", {"max_operand": 19}, 24, has_alone_variant=True),
+    "format": Task("format", "smoke/FormatAgreement-v1", {"delimiters": ALL_DELIMITERS}, 16, has_alone_variant=True),
     # K independent episodes per deal, not a K + K^2 tree of the 2 moves (2.5x the completions per episode)
     "hanabi": Task("hanabi", "openspiel/tiny_hanabi-v0", {}, 16, rollout_mode="parallel"),
 }
@@ -234,8 +231,8 @@ def write_json(path: str, data: Any) -> None:
 # ----- 5. table and curves ---------------------------------------------------------------------------------
 
 
-def cell(m: dict[str, Any] | None) -> str:
-    return "-" if m is None else f"{m['reward_mean']:.3f} ± {m['reward_ci95']:.3f}"
+def cell(m: dict[str, Any]) -> str:
+    return f"{m['reward_mean']:.3f} ± {m['reward_ci95']:.3f}"
 
 
 def apart(trained: dict[str, Any] | None, base: dict[str, Any] | None) -> str:
@@ -255,7 +252,7 @@ def table(rows: list[dict[str, Any]]) -> str:
              "| invalid actions (sampled / greedy) |", "|---|---|---|---|---|---|---|---|"]
     for r in rows:
         trained = "-" if r.get("completions") is None else f"{r['completions']}, {r['minutes']:.1f}"
-        invalid = " / ".join("-" if m is None else f"{m['invalid_action_rate']:.2f}" for m in (r["sampled"], r["greedy"]))
+        invalid = " / ".join(f"{m['invalid_action_rate']:.2f}" for m in (r["sampled"], r["greedy"]))
         lines.append(f"| {r['task']} | {r['row']} | {trained} | {cell(r['sampled'])} | "
                      f"{apart(r['sampled'], r.get('base_sampled'))} | {cell(r['greedy'])} | "
                      f"{apart(r['greedy'], r.get('base_greedy'))} | {invalid} |")
@@ -341,24 +338,15 @@ def main(argv: list[str] | None = None) -> int:
                 rows.append({"task": task.name, "row": f"scripted: {name}",
                              **evaluate_rows(task, f"scripted:{name}", [], False, args.out, episodes, args.seed)})
         rows.append({"task": task.name, "row": "base pair", **team})
-        alone_base = None
-        if task.has_alone_variant and any(r.alone for r in mine):
-            alone_base = evaluate_rows(task, "base alone", [model_dir], True, args.out, episodes, args.seed)
-        for run in sorted(mine, key=lambda r: r.alone):
-            if run.alone and alone_base is not None and not any(x["row"] == "base alone" for x in rows
-                                                                 if x["task"] == task.name):
-                rows.append({"task": task.name, "row": "base alone", **alone_base})
-            final = os.path.join(args.out, "runs", run.key, "final")
-            with open(os.path.join(final, "done.json"), encoding="utf-8") as f:
-                done = json.load(f)
-            base = alone_base if alone_base is not None and run.alone else team
-            one_agent = run.alone and task.has_alone_variant
-            measured = evaluate_rows(task, run.name, final, one_agent, args.out, episodes, args.seed)
-            seats = 1 if one_agent else 2
-            rows.append({"task": task.name, "row": run.name, **measured,
-                         "completions": int(done["completions_per_agent"] * seats),
-                         "minutes": done["seconds"] / 60,
-                         "base_sampled": base["sampled"], "base_greedy": base["greedy"]})
+        rows += [trained_row(task, run, team, args.out, episodes, args.seed) for run in mine if not run.alone]
+        alone = [run for run in mine if run.alone]
+        base_alone = team  # on the game, one model in both seats starts from the base pair
+        if alone and task.has_alone_variant:  # the one-agent variant has its own base row
+            base_alone = evaluate_rows(task, "base alone", [model_dir], True, args.out, episodes, args.seed)
+            rows.append({"task": task.name, "row": "base alone", **base_alone})
+        rows += [trained_row(task, run, base_alone, args.out, episodes, args.seed) for run in alone]
+        for run in mine:
+            seats = 1 if run.alone and task.has_alone_variant else 2
             curves.setdefault(task.name, {})[run.name] = curve(os.path.join(args.out, "runs", run.key), seats)
     seconds = time.perf_counter() - start
     md = table(rows)
@@ -379,6 +367,18 @@ def main(argv: list[str] | None = None) -> int:
     print(md)
     print(f"done in {seconds:.0f} s (this invocation; finished stages are reused)")
     return 0
+
+
+def trained_row(task: Task, run: Training, base: dict[str, Any], out: str, episodes: int, seed: int
+                ) -> dict[str, Any]:
+    """A trained run's table row: its held-out metrics, training budget and time, and the base it is compared to."""
+    final = os.path.join(out, "runs", run.key, "final")
+    with open(os.path.join(final, "done.json"), encoding="utf-8") as f:
+        done = json.load(f)
+    one_agent = run.alone and task.has_alone_variant
+    return {"task": task.name, "row": run.name, **evaluate_rows(task, run.name, final, one_agent, out, episodes, seed),
+            "completions": int(done["completions_per_agent"] * (1 if one_agent else 2)),
+            "minutes": done["seconds"] / 60, "base_sampled": base["sampled"], "base_greedy": base["greedy"]}
 
 
 def evaluate_rows(task: Task, row: str, agents: str | list[str], alone: bool, out: str, episodes: int,

@@ -39,9 +39,13 @@ def test_smoke_run_writes_every_row_and_resumes(tiny_dir, tmp_path):
         assert not (out / "runs" / t.key / "checkpoints").exists()
     assert (out / "curves.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
     assert "| arithmetic | magrpo-lora |" in (out / "results.md").read_text()
+    stages = sorted([*(out / "evals").glob("*.json"), *(out / "runs").glob("*/*/final/done.json")])
+    assert len(stages) == len(results.TRAININGS) + len(list((out / "evals").glob("*.json")))
+    written = [p.stat().st_mtime_ns for p in stages]
     again = run(tiny_dir, tmp_path / "r")
-    assert again.returncode == 0 and "training" in again.stdout
-    assert json.loads((out / "results.json").read_text())["rows"] == rows  # every stage reused, nothing redone
+    assert again.returncode == 0, again.stderr[-4000:]
+    assert [p.stat().st_mtime_ns for p in stages] == written  # every stage reused, nothing redone
+    assert json.loads((out / "results.json").read_text())["rows"] == rows
 
 
 def test_held_out_instances_never_meet_the_training_ones():
