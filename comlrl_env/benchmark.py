@@ -3,11 +3,11 @@
 A *policy* is any callable `policy(observations, envs) -> actions` that maps a
 batch of observations (one `{agent: text}` dict per live episode) to a batch
 of actions; `envs` are the live environments, for scripted policies that need
-the task (a model-backed policy ignores them). `learners.policy.AgentPolicy` is
+the task (a model-backed policy ignores them). `learners.models.policy.AgentPolicy` is
 the policy made of saved Hugging Face agents; `comlrl-bench` joins the two:
 
     from comlrl_env.benchmark import run_suite
-    from learners.policy import AgentPolicy
+    from learners.models.policy import AgentPolicy
 
     team = AgentPolicy.from_saved("outputs/quickstart/agents")   # the sampling settings it was trained with
     results = run_suite("smoke", {"demo": team}, episodes=32, out_dir="bench/")

@@ -101,7 +101,7 @@ import numpy as np
 
 from comlrl_env.base import AgentID, TextParallelEnv
 from comlrl_env.policies import FixedPolicy
-from comlrl_env.registry import EnvNotFound, EnvSpec, _ID
+from comlrl_env.registry import ID_PATTERN, EnvNotFound, EnvSpec
 
 try:  # optional dependency: the `games` extra
     import pyspiel
@@ -129,7 +129,7 @@ def _check_game_name(name: str) -> None:
 
 def game_spec(id: str) -> EnvSpec:
     """The spec of an unregistered `openspiel/<game>-v0` id (the registry's resolver for the namespace)."""
-    match = _ID.match(id)
+    match = ID_PATTERN.match(id)
     if match is None or match["namespace"] != "openspiel":
         raise EnvNotFound(f"{id!r} is not an OpenSpiel id; they look like 'openspiel/kuhn_poker-v0'.")
     if match["version"] != "0":

@@ -25,9 +25,10 @@ import pettingzoo
 
 from comlrl_env.base import TextParallelEnv
 
-__all__ = ["EnvNotFound", "EnvSpec", "make", "register", "register_namespace", "registry", "spec"]
+__all__ = ["EnvNotFound", "EnvSpec", "ID_PATTERN", "make", "register", "register_namespace", "registry", "spec"]
 
-_ID = re.compile(r"^(?:(?P<namespace>[\w.-]+)/)?(?P<name>[\w.:-]+?)-v(?P<version>\d+)$")
+ID_PATTERN = re.compile(r"^(?:(?P<namespace>[\w.-]+)/)?(?P<name>[\w.:-]+?)-v(?P<version>\d+)$")
+"""A versioned env id: `[namespace/]name-v<version>`."""
 
 
 class EnvNotFound(KeyError):
@@ -47,15 +48,15 @@ class EnvSpec:
 
     @property
     def namespace(self) -> str | None:
-        return _ID.match(self.id)["namespace"]
+        return ID_PATTERN.match(self.id)["namespace"]
 
     @property
     def name(self) -> str:
-        return _ID.match(self.id)["name"]
+        return ID_PATTERN.match(self.id)["name"]
 
     @property
     def version(self) -> int:
-        return int(_ID.match(self.id)["version"])
+        return int(ID_PATTERN.match(self.id)["version"])
 
     def __reduce__(self) -> tuple[Any, ...]:
         # Pickle by id: entry points may be lambdas or local factories.
@@ -84,7 +85,7 @@ def _registered_spec(id: str, kwargs: dict[str, Any]) -> EnvSpec:
 
 def register(id: str, entry_point: Callable[..., TextParallelEnv] | str, **defaults: Any) -> EnvSpec:
     """Register `entry_point` (a class, factory or "module:attr") under a versioned id."""
-    if not isinstance(id, str) or not _ID.match(id):
+    if not isinstance(id, str) or not ID_PATTERN.match(id):
         raise ValueError(f"env id {id!r} must look like 'namespace/Name-vN' or 'Name-vN' (e.g. 'coop/Echo-v0').")
     if not (callable(entry_point) or (isinstance(entry_point, str) and ":" in entry_point)):
         raise TypeError(f"entry_point for {id!r} must be callable or 'module:attr', got {entry_point!r}.")
@@ -120,7 +121,7 @@ def spec(id: str) -> EnvSpec:
     versions = [s for s in registry.values() if s.id.rsplit("-v", 1)[0] == id]
     if versions:
         return max(versions, key=lambda s: s.version)
-    match = _ID.match(id) if isinstance(id, str) else None
+    match = ID_PATTERN.match(id) if isinstance(id, str) else None
     if match and match["namespace"] in _namespaces:
         resolver = _namespaces[match["namespace"]]
         if isinstance(resolver, str):

@@ -16,7 +16,7 @@ import json
 import os
 
 from learners import MAGRPO, MAGRPOConfig
-from learners.agents import convert_gguf
+from learners.models.agents import convert_gguf
 
 GGUF = "SmolLM2-135M-Instruct.Q4_1.gguf"
 

@@ -35,15 +35,17 @@ from typing import Any
 import torch
 from torch import nn
 
-from learners.agents import resolve_devices, resolve_sources, save_pretrained_with_head
-from learners.base import Learner
-from learners.config import LearnerConfig, canonicalize
-from learners.critics import CausalLMWithValueHead, ValueHead, load_critics
-from learners.data import seed_everything
-from learners.losses import POLICY_STATS, policy_terms, reference_kl, token_logprobs, value_loss
-from learners.metrics import MeanMetrics, rollout_metrics
-from learners.optim import accumulate_gradients, adamw, gradient_step, policy_step
+from learners.loop.config import LearnerConfig, canonicalize
+from learners.loop.data import seed_everything
+from learners.loop.learner import Learner
+from learners.loop.losses import POLICY_STATS, policy_terms, reference_kl, value_loss
+from learners.loop.metrics import MeanMetrics, rollout_metrics
+from learners.loop.optim import accumulate_gradients, adamw, gradient_step, policy_step
+from learners.models.agents import resolve_sources, save_pretrained_with_head
+from learners.models.critics import CausalLMWithValueHead, ValueHead, load_critics
+from learners.parallel.placement import resolve_devices
 from learners.rollout import Rollout, SampleBatch
+from learners.rollout.scoring import token_logprobs
 from rewards.models import encode_joint_texts, joint_text
 
 __all__ = [

@@ -31,7 +31,7 @@ import comlrl_env
 from comlrl_env import TextParallelEnv
 from comlrl_env.benchmark import markdown_table, run_suite, team_table
 from comlrl_env.suites import suites
-from learners.policy import AgentPolicy, agent_dirs, content_hash, saved_settings
+from learners.models.policy import AgentPolicy, agent_dirs, content_hash, saved_settings
 
 __all__ = ["main"]
 

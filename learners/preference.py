@@ -35,11 +35,12 @@ from typing import Any, Sequence
 import torch
 
 from learners.actor_critic import IAC, MAAC
-from learners.agents import check_device, hub_progress_hidden, load_causal_lm, model_name
-from learners.base import Learner
-from learners.checkpoint_manager import CheckpointManager
-from learners.data import reset_roots
-from learners.optim import accumulate_gradients, adamw, gradient_step
+from learners.checkpointing.manager import CheckpointManager
+from learners.loop.data import reset_roots
+from learners.loop.learner import Learner
+from learners.loop.optim import accumulate_gradients, adamw, gradient_step
+from learners.models.agents import hub_progress_hidden, load_causal_lm, model_name
+from learners.parallel.placement import check_device
 from learners.preference_config import PAIR_SELECTIONS, MARLHFConfig, MARLHFIterConfig
 from learners.rollout import Rollout, RolloutEngine
 from rewards.models import RewardModel, bradley_terry_loss, joint_text

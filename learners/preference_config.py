@@ -16,8 +16,8 @@ import functools
 from typing import Any
 
 from learners.actor_critic import IAC, MAAC, IACConfig, MAACConfig
-from learners.base import Learner
-from learners.config import LearnerConfig, canonicalize
+from learners.loop.config import LearnerConfig, canonicalize
+from learners.loop.learner import Learner
 from learners.reinforce import MAGRPO, MAGRPOConfig
 
 __all__ = ["MARLHFConfig", "MARLHFIterConfig", "RL_ALGORITHMS"]

@@ -25,13 +25,14 @@ import time
 
 import torch
 
-from learners.base import Learner
-from learners.config import LearnerConfig, canonicalize
-from learners.data import seed_everything
-from learners.losses import POLICY_STATS, policy_loss, policy_stats, reference_kl  # noqa: F401 (public here)
-from learners.metrics import MeanMetrics, rollout_metrics
-from learners.optim import policy_step
-from learners.rollout import Rollout, per_agent
+from learners.loop.config import LearnerConfig, canonicalize
+from learners.loop.data import seed_everything
+from learners.loop.learner import Learner
+from learners.loop.losses import POLICY_STATS, policy_loss, policy_stats, reference_kl  # noqa: F401 (public here)
+from learners.loop.metrics import MeanMetrics, rollout_metrics
+from learners.loop.optim import policy_step
+from learners.parallel.placement import per_agent
+from learners.rollout.samples import Rollout
 
 __all__ = [
     "MAGRPO",

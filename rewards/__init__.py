@@ -1,9 +1,9 @@
 """rewards: reward functions, the reward-function calling convention, and (later) reward models."""
 
 from rewards.calling import RewardFunctionError, call_reward_function
-from rewards.code import ExecutionResult, execute, execute_many
 from rewards.functions import exact_match, length_ratio, word_overlap
 from rewards.models import RewardModel, bradley_terry_loss, encode_joint_texts, joint_text
+from rewards.sandbox import ExecutionResult, execute, execute_many
 from rewards.text import (
     char_similarity,
     defines_function,

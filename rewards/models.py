@@ -19,7 +19,7 @@ import torch
 from torch import nn
 from transformers import AutoModelForCausalLM, AutoTokenizer, PreTrainedTokenizerBase
 
-import comlrl_env.base  # the module, not the package's names: `comlrl_env` imports `rewards` while it loads
+from rewards import joint
 
 __all__ = ["RewardModel", "bradley_terry_loss", "encode_joint_texts", "joint_text"]
 
@@ -30,7 +30,7 @@ def joint_text(state: str, completions: Sequence[str]) -> str:
     For a final step from `state = env.state()` of an env with agents `agent_0 .. agent_{n-1}`, this is the
     text `env.state()` shows after stepping `completions`.
     """
-    return comlrl_env.base.joint_text(state, {f"agent_{i}": c for i, c in enumerate(completions)})
+    return joint.joint_text(state, {f"agent_{i}": c for i, c in enumerate(completions)})
 
 
 def encode_joint_texts(

@@ -58,7 +58,8 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from rewards.code import ExecutionResult, execute
+from rewards.plain_data import HARNESS, MAX_DEPTH, MAX_VALUE_CHARS, RECORDER, literal, parse_plain
+from rewards.sandbox import ExecutionResult, execute
 
 __all__ = [
     "ABS_TOL",
@@ -86,10 +87,6 @@ ROOT_TOL = 1e-4
 """HumanEval/32: `|poly(xs, x)| < ROOT_TOL` makes x a root, as in its check."""
 RECORD_SEED = 0
 """Seed of `random` before each check is recorded (HumanEval/38, 50 and 53 draw unseeded inputs)."""
-MAX_VALUE_CHARS = 100_000
-"""Longest result literal accepted from a run; longer is a failure for that input."""
-MAX_DEPTH = 32
-"""Deepest nesting of containers accepted in a result."""
 FEEDBACK_VALUE_CHARS = 120
 FEEDBACK_CHARS = 400
 
@@ -154,31 +151,6 @@ class Verdict:
 
 
 # ----- recording (trusted code only) ------------------------------------------------------------
-
-# Runs in the sandbox with the problems as JSON on stdin. Nothing model-written ever runs here.
-_RECORDER = r'''
-import json, random, sys
-problems = json.loads(sys.stdin.read())
-for index, (source, test, entry, seed) in enumerate(problems):
-    try:
-        namespace = {"__name__": "__humaneval__"}
-        exec(compile(source, "solution.py", "exec"), namespace)
-        exec(compile(test, "test.py", "exec"), namespace)
-        canonical = namespace[entry]
-        calls = []
-        def candidate(*args, **kwargs):
-            text = repr((args, kwargs))  # before the call: a solution may mutate its arguments
-            out = canonical(*args, **kwargs)
-            calls.append([text, repr(out)])
-            return out
-        random.seed(seed)
-        namespace["check"](candidate)
-        line = {"index": index, "calls": calls}
-    except BaseException as exc:
-        line = {"index": index, "error": "%s: %s" % (type(exc).__name__, exc)}
-    sys.stdout.write(json.dumps(line) + "\n")
-    sys.stdout.flush()
-'''
 
 _cache: dict[tuple[str, ...], RecordedTests] = {}
 _cache_lock = threading.Lock()
@@ -295,7 +267,7 @@ def _record(problems: list[Mapping[str, str]], *, timeout: float, memory_mb: int
     for attempt in range(3):  # a transient sandbox failure (e.g. no free process slot) is retried
         if attempt:
             time.sleep(0.5 * attempt)
-        result = execute(_RECORDER, stdin=payload, timeout=timeout, memory_mb=memory_mb, max_output_bytes=64 * 2**20)
+        result = execute(RECORDER, stdin=payload, timeout=timeout, memory_mb=memory_mb, max_output_bytes=64 * 2**20)
         lines = {}
         for line in result.stdout.splitlines():
             try:
@@ -341,60 +313,6 @@ def new_tag() -> str:
     return secrets.token_hex(8)
 
 
-# Appended after model code. It holds inputs only. Whatever model code did to builtins, modules or
-# frames can only change the lines written here; judge() decides in the parent from those lines.
-_HARNESS = r'''
-
-# --- harness: calls the entry point on each input and writes each return value (no tests here) ---
-def _comlrl_harness(function, calls, tag):
-    import os
-
-    def literal(value, depth):
-        kind = type(value)
-        if value is None or kind is bool or kind is int or kind is str:
-            return repr(value)
-        if kind is float:
-            if value != value:
-                raise ValueError("nan is not a comparable value")
-            return repr(value) if abs(value) != float("inf") else ("1e999" if value > 0 else "-1e999")
-        if depth >= %(depth)d:
-            raise ValueError("nested too deeply")
-        if kind is list:
-            return "[" + ", ".join(literal(v, depth + 1) for v in value) + "]"
-        if kind is tuple:
-            return "(" + "".join(literal(v, depth + 1) + ", " for v in value) + ")"
-        if kind is dict:
-            if any(type(k) is not str for k in value):
-                raise TypeError("dict keys must be str")
-            return "{" + ", ".join(repr(k) + ": " + literal(v, depth + 1) for k, v in value.items()) + "}"
-        raise TypeError("a %%s is not plain data" %% kind.__name__)
-
-    def emit(text):
-        data = ("\n" + tag + " " + text + "\n").encode("utf-8", "backslashreplace")
-        while data:
-            data = data[os.write(1, data):]
-
-    emit("start")
-    for index, (args, kwargs) in enumerate(calls):
-        try:
-            value = function(*args, **kwargs)
-        except BaseException as exc:  # SystemExit and KeyboardInterrupt too: they fail this input only
-            try:
-                text = "!" + type(exc).__name__ + ": " + str(exc)[:300]
-            except BaseException:
-                text = "!" + "exception"
-        else:
-            try:
-                text = "=" + literal(value, 0)
-                if len(text) > %(chars)d:
-                    text = "?the value is over %(chars)d characters long"
-            except BaseException as exc:
-                text = "?" + str(exc)[:200]
-        emit(str(index) + " " + text.replace("\n", " ").replace("\r", " "))
-    emit("end")
-'''
-
-
 def harness(entry_point: str, calls: Sequence[RecordedCall], tag: str) -> str:
     """Python source to append after the model code: it runs `entry_point` on each call's inputs.
 
@@ -404,70 +322,12 @@ def harness(entry_point: str, calls: Sequence[RecordedCall], tag: str) -> str:
     """
     if not entry_point.isidentifier():
         raise ValueError(f"entry_point must be a Python identifier, got {entry_point!r}.")
-    inputs = ",\n    ".join(f"({_literal(c.args)}, {_literal(c.kwargs)})" for c in calls)
-    source = _HARNESS % {"depth": MAX_DEPTH, "chars": MAX_VALUE_CHARS}
+    inputs = ",\n    ".join(f"({literal(c.args)}, {literal(c.kwargs)})" for c in calls)
+    source = HARNESS % {"depth": MAX_DEPTH, "chars": MAX_VALUE_CHARS}
     return f"{source}\n_comlrl_harness({entry_point}, [\n    {inputs},\n], {tag!r})\n"
 
 
-def _literal(value: Any) -> str:
-    """Python source that rebuilds plain data (repr, except infinities, which repr writes as inf)."""
-    if type(value) is float and math.isinf(value):
-        return "1e999" if value > 0 else "-1e999"
-    if type(value) is list:
-        return "[" + ", ".join(_literal(v) for v in value) + "]"
-    if type(value) is tuple:
-        return "(" + "".join(_literal(v) + ", " for v in value) + ")"
-    if type(value) is dict:
-        return "{" + ", ".join(f"{k!r}: {_literal(v)}" for k, v in value.items()) + "}"
-    return repr(value)
-
-
 # ----- the verdict (this process) ---------------------------------------------------------------
-
-class _NotPlain(ValueError):
-    pass
-
-
-def parse_plain(text: str, *, str_keys: bool = True) -> Any:
-    """`ast.literal_eval(text)` restricted to plain data (None, bool, int, float, str, list, tuple, dict[str, .]).
-
-    With `str_keys=False` dict keys may be any hashable plain data (recorded inputs such as
-    HumanEval/95's `{1: "a"}`); returned values always need str keys.
-
-    Raises:
-        ValueError: the text is too long, is no literal, or holds another type (set, bytes, complex...).
-    """
-    if len(text) > MAX_VALUE_CHARS:
-        raise _NotPlain(f"over {MAX_VALUE_CHARS} characters")
-    try:
-        value = ast.literal_eval(text)
-    except (SyntaxError, ValueError, TypeError, MemoryError, RecursionError, OverflowError) as exc:
-        raise _NotPlain(f"not a Python literal ({type(exc).__name__})") from None
-    _check_plain(value, 0, str_keys)
-    return value
-
-
-def _check_plain(value: Any, depth: int, str_keys: bool = True) -> None:
-    kind = type(value)
-    if value is None or kind in (bool, int, float, str):
-        if kind is float and value != value:
-            raise _NotPlain("nan")
-        return
-    if depth >= MAX_DEPTH:
-        raise _NotPlain("nested too deeply")
-    if kind in (list, tuple):
-        for item in value:
-            _check_plain(item, depth + 1, str_keys)
-        return
-    if kind is dict:
-        for key, item in value.items():
-            if str_keys and type(key) is not str:
-                raise _NotPlain("a dict key is not a str")
-            _check_plain(key, depth + 1, str_keys)
-            _check_plain(item, depth + 1, str_keys)
-        return
-    raise _NotPlain(f"a {kind.__name__} is not plain data")
-
 
 def _same(expected: Any, got: Any) -> bool:
     numbers = (bool, int, float)
@@ -519,7 +379,7 @@ def _short(text: str, limit: int = FEEDBACK_VALUE_CHARS) -> str:
 
 
 def _call_text(entry_point: str, call: RecordedCall) -> str:
-    parts = [_literal(a) for a in call.args] + [f"{k}={_literal(v)}" for k, v in call.kwargs.items()]
+    parts = [literal(a) for a in call.args] + [f"{k}={literal(v)}" for k, v in call.kwargs.items()]
     return _short(f"{entry_point}({', '.join(parts)})", 2 * FEEDBACK_VALUE_CHARS)
 
 
@@ -594,12 +454,12 @@ def judge(tests: RecordedTests, result: ExecutionResult, tag: str, *, timeout: f
             return Verdict(False, f"Failed on input {shown}: the returned value could not be read ({exc}).", index)
         if not outputs_match(call, got, tests.mode):
             if tests.mode == "root":
-                want = f"a root x with |poly(xs, x)| < {ROOT_TOL:g} (e.g. {_literal(call.expected)})"
+                want = f"a root x with |poly(xs, x)| < {ROOT_TOL:g} (e.g. {literal(call.expected)})"
             elif tests.mode == "truth":
                 want = f"a {'truthy' if call.expected else 'falsy'} value"
             else:
-                want = _short(_literal(call.expected))
-            return Verdict(False, _short(f"Failed on input {shown}: expected {want}, got {_short(_literal(got))}.",
+                want = _short(literal(call.expected))
+            return Verdict(False, _short(f"Failed on input {shown}: expected {want}, got {_short(literal(got))}.",
                                          FEEDBACK_CHARS), index)
     if not ended or not result.ok:
         if result.timed_out:

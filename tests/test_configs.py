@@ -9,7 +9,7 @@ import pathlib
 import pytest
 
 from learners.actor_critic import IACConfig, MAACConfig
-from learners.config import LearnerConfig
+from learners.loop.config import LearnerConfig
 from learners.preference import MARLHFConfig, MARLHFIterConfig
 from learners.reinforce import MAGRPOConfig
 

@@ -36,12 +36,10 @@ class Scripted(RolloutEngine):
         ones = torch.ones(len(texts), 1, dtype=torch.long)
         return SampleBatch(ones, ones, ones, ones, texts, torch.zeros(len(texts), 1))
 
-    def _encode(self, agent, prompts):  # a waiting agent's rows hold its prompt: one token here
-        ones = torch.ones(len(prompts), 1, dtype=torch.long)
-        return ones, ones
-
-    def _lean(self, agent):
-        return True
+    def prompt_rows(self, agent, prompts, num_samples):  # a waiting agent's rows hold its prompt: one token here
+        S = len(prompts) * num_samples
+        ones, empty = torch.ones(S, 1, dtype=torch.long), torch.zeros(S, 0, dtype=torch.long)
+        return SampleBatch(ones, ones, empty, empty.clone(), [""] * S, torch.zeros(S, 0))
 
 
 class _PadOnly:

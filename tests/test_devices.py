@@ -9,8 +9,7 @@ import torch
 from datasets import Dataset
 
 from learners import IAC, MAGRPO, IACConfig, MAGRPOConfig
-from learners.agents import resolve_devices
-from learners.rollout import distinct_accelerators, per_agent
+from learners.parallel.placement import distinct_accelerators, per_agent, resolve_devices
 
 FAST = dict(num_train_epochs=1, num_generations=2, max_new_tokens=2, eval_interval=0, verbose=False)
 data = Dataset.from_list([{"prompt": "q"}, {"prompt": "r"}])

@@ -13,11 +13,11 @@ from datasets import Dataset
 
 from learners import IAC, CheckpointError, IACConfig
 from learners.cli import main as bench
-from learners.config import GenerationSettings, per_agent_values
-from learners.data import reset_roots
-from learners.losses import completion_logprobs
-from learners.policy import AgentPolicy
+from learners.loop.data import reset_roots
+from learners.models.policy import AgentPolicy
 from learners.reinforce import MAGRPO, MAGRPOConfig
+from learners.rollout.scoring import completion_logprobs
+from learners.rollout.settings import GenerationSettings, per_agent_values
 
 NO_MODEL = "/nonexistent/model-dir"  # loading it would fail: the errors below must come first
 FAST = dict(num_generations=2, top_p=1.0, top_k=None, eval_interval=0, verbose=False, rollout_buffer_size=2)

@@ -7,8 +7,8 @@ import torch
 from datasets import Dataset
 
 from learners.actor_critic import IAC, MAAC, IACConfig, MAACConfig
-from learners.config import LearnerConfig
-from learners.optim import accumulate_gradients
+from learners.loop.config import LearnerConfig
+from learners.loop.optim import accumulate_gradients
 from learners.preference import MARLHF, MARLHFConfig
 from learners.reinforce import MAGRPO, MAGRPOConfig
 from rewards.models import RewardModel

@@ -84,7 +84,7 @@ def test_checkpoint_holds_only_adapters_and_resumes_exactly(tiny_dir, tmp_path):
 
 
 def test_each_agent_samples_with_its_own_adapter(tiny_dir):
-    from learners.losses import completion_logprobs
+    from learners.rollout.scoring import completion_logprobs
 
     learner = build(tiny_dir)
     with torch.no_grad():  # LoRA B starts at zero: give each adapter its own weights
@@ -110,7 +110,7 @@ def _distinct_adapters(learner):
 
 @pytest.mark.parametrize("num_agents", [2, 4])
 def test_agents_on_one_base_sample_in_one_batch_each_row_through_its_own_adapter(tiny_dir, num_agents):
-    from learners.losses import completion_logprobs
+    from learners.rollout.scoring import completion_logprobs
 
     cfg = MAGRPOConfig(num_train_epochs=1, num_generations=3, max_new_tokens=6, temperature=1.0, top_p=1.0,
                        eval_interval=0, verbose=False, peft_config=LORA)
@@ -148,7 +148,7 @@ def test_agents_on_one_base_sample_in_one_batch_each_row_through_its_own_adapter
 def test_batched_rollouts_leave_each_agents_update_its_own(tiny_dir):
     """The update stays per agent: agent a's loss on a batched rollout moves only adapter a's gradients, and
     equals the loss its own forward gives."""
-    from learners.losses import completion_logprobs
+    from learners.rollout.scoring import completion_logprobs
 
     learner = build(tiny_dir)
     _distinct_adapters(learner)

@@ -11,7 +11,7 @@ import torch
 from datasets import Dataset
 from transformers import AutoModelForCausalLM, AutoTokenizer
 
-from learners.data import reset_roots
+from learners.loop.data import reset_roots
 from learners.reinforce import (
     MAGRPO,
     MAGRPOConfig,
@@ -369,7 +369,7 @@ def test_linear_schedule_decays_to_zero(tiny_dir):
 
 
 def test_gradient_step_refuses_a_non_finite_gradient():
-    from learners.optim import adamw, gradient_step
+    from learners.loop.optim import adamw, gradient_step
 
     model = torch.nn.Linear(3, 1)
     before = [p.detach().clone() for p in model.parameters()]

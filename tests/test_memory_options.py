@@ -8,10 +8,9 @@ from datasets import Dataset
 from transformers import AutoModelForCausalLM, AutoTokenizer
 
 from learners import IAC, MAGRPO, IACConfig, MAGRPOConfig
-from learners.agents import prepare_tokenizer
-from learners.agents import enable_gradient_checkpointing
-from learners.losses import completion_logprobs
+from learners.models.agents import enable_gradient_checkpointing, prepare_tokenizer
 from learners.rollout import GenerationSettings, RolloutEngine
+from learners.rollout.scoring import completion_logprobs
 
 data = Dataset.from_list([{"prompt": "Question 1:"}, {"prompt": "Question 2:"}])
 FAST = dict(num_train_epochs=1, num_generations=2, max_new_tokens=4, temperature=1.0, top_p=1.0,

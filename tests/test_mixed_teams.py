@@ -12,7 +12,7 @@ import torch
 from comlrl_env import TextParallelEnv
 from comlrl_env.policies import CallablePolicy, FixedPolicy, as_fixed_policy
 from learners import IAC, MAAC, MAGRPO, Frozen, IACConfig, MAACConfig, MAGRPOConfig
-from learners.data import reset_roots
+from learners.loop.data import reset_roots
 from learners.rollout import joint_combinations
 
 FAST = dict(num_train_epochs=1, max_new_tokens=4, temperature=1.0, top_p=1.0, top_k=None, eval_interval=0,

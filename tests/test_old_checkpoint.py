@@ -6,11 +6,11 @@ import os
 import warnings
 
 import torch
+from old_checkpoint import FIXTURE, MODEL, Counter, build
 from safetensors.torch import load_file
 
 from comlrl_env.testing import tiny_model
 from learners import InexactResumeWarning, read_checkpoint_metadata
-from old_checkpoint import FIXTURE, MODEL, Counter, build
 
 
 def test_a_checkpoint_from_before_the_redesign_resumes_and_training_continues(tmp_path):

@@ -11,6 +11,8 @@ import pytest
 
 pyspiel = pytest.importorskip("pyspiel")
 
+from pettingzoo.test import parallel_api_test  # noqa: E402
+
 import comlrl_env  # noqa: E402
 from comlrl_env import EnvNotFound, make  # noqa: E402
 from comlrl_env import openspiel as os_module  # noqa: E402
@@ -18,7 +20,6 @@ from comlrl_env.openspiel import OpenSpielBot, OpenSpielEnv, parse_action  # noq
 from comlrl_env.policies import FixedPolicy  # noqa: E402
 from comlrl_env.suites import suites  # noqa: E402
 from comlrl_env.testing import check_env  # noqa: E402
-from pettingzoo.test import parallel_api_test  # noqa: E402
 
 GAMES = suites["games"]
 

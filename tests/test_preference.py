@@ -11,7 +11,6 @@ from datasets import Dataset
 from transformers import AutoModelForCausalLM
 
 from learners.actor_critic import IACConfig, MAACConfig
-from learners.reinforce import MAGRPOConfig
 from learners.preference import (
     MARLHFConfig,
     MARLHFIterConfig,
@@ -20,6 +19,7 @@ from learners.preference import (
     replay_weights,
     select_pairs,
 )
+from learners.reinforce import MAGRPOConfig
 from rewards.models import RewardModel, bradley_terry_loss, joint_text
 
 

@@ -9,10 +9,10 @@ import torch
 from transformers import AutoModelForCausalLM, AutoTokenizer
 
 from comlrl_env import TextParallelEnv
-from learners.agents import prepare_tokenizer
+from learners.models.agents import prepare_tokenizer
 from learners.rollout import GenerationSettings, RolloutEngine, SampleBatch
-from learners.losses import completion_logprobs
-from learners.sampling import mask_completions
+from learners.rollout.backends.sampling import mask_completions
+from learners.rollout.scoring import completion_logprobs
 
 
 def load(path: str):
@@ -82,7 +82,7 @@ def test_the_generate_fallback_keeps_generates_exact_ids_and_logits(fixture, req
     torch.manual_seed(0)
     enc = tok(prompts, return_tensors="pt", padding=True, padding_side="left")
     out = model.generate(**enc, do_sample=True, max_new_tokens=12, num_return_sequences=2, temperature=1.0,
-                         top_p=1.0, top_k=0, pad_token_id=tok.pad_token_id, eos_token_id=engine._eos_ids(0),
+                         top_p=1.0, top_k=0, pad_token_id=tok.pad_token_id, eos_token_id=engine.backend.eos_ids(0),
                          output_logits=True, return_dict_in_generate=True)
     T = batch.completion_ids.shape[1]
     assert torch.equal(out.sequences[:, enc["input_ids"].shape[1]:][:, :T].masked_fill(batch.completion_mask == 0, tok.pad_token_id),
@@ -348,7 +348,7 @@ def test_rows_stopped_by_a_user_stopping_criterion_score_exactly_their_sampled_t
         "stopping_criteria": StoppingCriteriaList([StopAfter(width, counts)])})
     torch.manual_seed(0)
     batch = RolloutEngine([model], [tok], settings).generate(0, prompts, num_samples=4)
-    eos = RolloutEngine([model], [tok], settings)._eos_ids(0)
+    eos = RolloutEngine([model], [tok], settings).backend.eos_ids(0)
     for r, count in enumerate(counts):
         first_eos = _first(batch.completion_ids[r], eos)
         expected = count if first_eos is None else min(count, first_eos + 1)

@@ -9,7 +9,7 @@ import pytest
 from datasets import Dataset
 
 from learners import MAGRPO, MAGRPOConfig
-from learners.logger import RunLogger
+from learners.loop.logger import RunLogger
 
 data = Dataset.from_list([{"prompt": f"Question {i}:"} for i in range(2)])
 FAST = dict(num_train_epochs=1, num_generations=2, max_new_tokens=4, temperature=1.0, top_p=1.0, top_k=None,

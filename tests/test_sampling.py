@@ -11,9 +11,15 @@ from transformers.generation.logits_process import (
     TopPLogitsWarper,
 )
 
-from learners.agents import prepare_tokenizer
+from learners.models.agents import prepare_tokenizer
 from learners.rollout import GenerationSettings, RolloutEngine
-from learners.sampling import draw_tokens, filtered_probs, sample_completions, sample_tokens, supports_lean_sampling
+from learners.rollout.backends.sampling import (
+    draw_tokens,
+    filtered_probs,
+    sample_completions,
+    sample_tokens,
+    supports_lean_sampling,
+)
 
 
 def load(path: str):

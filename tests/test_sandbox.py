@@ -20,7 +20,8 @@ import uuid
 
 import pytest
 
-from rewards.code import CGROUP_SLACK_MB, MAX_PROCESSES, ExecutionResult, _cgroup_base, execute, execute_many
+from rewards.code import CGROUP_SLACK_MB, MAX_PROCESSES, ExecutionResult, execute, execute_many
+from rewards.sandbox.cgroups import _cgroup_base
 
 
 @pytest.fixture(scope="module")

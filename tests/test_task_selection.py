@@ -9,7 +9,7 @@ from comlrl_env import make
 from comlrl_env.benchmark import evaluate_policy
 from comlrl_env.testing import check_env
 from comlrl_env.testing.task_checks import check_task
-from learners import data
+from learners.loop import data
 
 
 def test_select_tasks_renumbers_and_plays_the_source_instance() -> None:

@@ -98,7 +98,7 @@ import ast
 import functools
 
 from comlrl_env.base import AgentID, TextParallelEnv
-from rewards.code import execute
+from rewards.sandbox import execute
 from rewards.text import defines_function, extract_code
 from rewards.verdicts import RecordedTests, harness, judge, new_tag, record_tests
 

@@ -50,35 +50,11 @@ from pettingzoo.test import parallel_api_test
 
 from comlrl_env.base import AgentID, TextParallelEnv
 from comlrl_env.registry import make
+from comlrl_env.testing.episodes import GIBBERISH, first_difference, gibberish, scripted, short_repr
 
 __all__ = ["EnvCheckError", "GIBBERISH", "check_env"]
 
 REWARD_STRUCTURES = ("cooperative", "competitive", "general")
-
-#: Hostile actions a model may write: (description, text).
-GIBBERISH: tuple[tuple[str, str], ...] = (
-    ("empty string", ""),
-    ("whitespace only", " \n\t \r\n "),
-    ("control characters", "\x00\x07\x1b[31m\x08\x7f\x1b[0m"),
-    ("emoji", "🙂🚀👩\u200d👩\u200d👧 🏳️\u200d🌈"),
-    ("20,000 characters", ("lorem ipsum 42 " * 1334)[:20_000]),
-    ("code fences", "```python\nprint('hi')\n```\n```\nunclosed"),
-    ("tag soup", "<answer><answer></x>"),
-    ("right-to-left text", "\u202eمرحبا بالعالم שלום\u202c"),
-    ("brackets and json", '[answer] [/answer] {"answer": } ]]'),
-    ("numeric junk", "-1e309 NaN inf 0x1F 1/0"),
-    ("combining and zero-width", "e\u0301\u200b\ufeff\u0000"),
-)
-
-# Plausible model answers used for the scripted episodes.
-_SCRIPT = (
-    "Hello, world!",
-    "The answer is 42.",
-    "def f(x):\n    return x + 1\n",
-    "I agree with the other agent; let's finish.",
-    "[answer] 7 [/answer]",
-    "yes",
-)
 
 
 class EnvCheckError(AssertionError):
@@ -174,55 +150,6 @@ def _accepts_kwarg(factory: Any, name: str) -> bool:
     return any(p.name == name or p.kind is inspect.Parameter.VAR_KEYWORD for p in params)
 
 
-# ----- comparing episodes ---------------------------------------------------------
-
-
-def _short(value: Any, limit: int = 120) -> str:
-    text = repr(value)
-    return text if len(text) <= limit else text[: limit - 15] + f"... ({len(text)} chars)"
-
-
-def _diff(a: Any, b: Any, path: str) -> str | None:
-    """Where `a` and `b` first differ, or None when they are equal."""
-    if isinstance(a, dict) and isinstance(b, dict):
-        if a.keys() != b.keys():
-            return f"{path} has keys {sorted(map(str, a))} vs {sorted(map(str, b))}"
-        for key in a:
-            found = _diff(a[key], b[key], f"{path}[{key!r}]")
-            if found:
-                return found
-        return None
-    if isinstance(a, (list, tuple)) and isinstance(b, (list, tuple)):
-        if len(a) != len(b):
-            return f"{path} has length {len(a)} vs {len(b)}"
-        for i, (x, y) in enumerate(zip(a, b)):
-            found = _diff(x, y, f"{path}[{i}]")
-            if found:
-                return found
-        return None
-    if isinstance(a, np.ndarray) or isinstance(b, np.ndarray):
-        try:
-            same = np.array_equal(a, b, equal_nan=True)
-        except TypeError:
-            same = np.array_equal(a, b)
-        return None if same else f"{path}: {_short(a)} vs {_short(b)}"
-    if isinstance(a, float) and isinstance(b, float) and math.isnan(a) and math.isnan(b):
-        return None
-    try:
-        same = bool(a == b)
-    except Exception:  # objects whose == is not a bool
-        same = a is b
-    return None if same else f"{path}: {_short(a)} vs {_short(b)}"
-
-
-def _scripted(turn: int, agents: list[AgentID]) -> dict[AgentID, str]:
-    return {a: _SCRIPT[(turn + i) % len(_SCRIPT)] for i, a in enumerate(agents)}
-
-
-def _gibberish(turn: int, agents: list[AgentID]) -> dict[AgentID, str]:
-    return {a: GIBBERISH[(turn + i) % len(GIBBERISH)][1] for i, a in enumerate(agents)}
-
-
 Record = dict[str, Any]
 Policy = Callable[[int, list[AgentID]], dict[AgentID, str]]
 
@@ -289,7 +216,7 @@ class _Checker:
         self, env: TextParallelEnv, actions: dict[AgentID, str], check: str, where: str, show_actions: bool = True
     ) -> Record:
         acting = list(env.agents)
-        doing = f"step() at {where}" + (f" with actions {_short(actions)}" if show_actions else "")
+        doing = f"step() at {where}" + (f" with actions {short_repr(actions)}" if show_actions else "")
         with self.stage(check, doing):
             observations, rewards, terminations, truncations, infos = env.step(actions)
             state = env.state()
@@ -346,7 +273,7 @@ class _Checker:
                 raise self.fail(check, f"{where}: observation of {agent} is a {type(obs).__name__}, not a str.")
             space = env.observation_space(agent)
             if not space.contains(obs):
-                raise self.fail(check, f"{where}: observation of {agent} ({len(obs)} chars, {_short(obs, 60)}) "
+                raise self.fail(check, f"{where}: observation of {agent} ({len(obs)} chars, {short_repr(obs, 60)}) "
                                 f"is not inside observation_space {space!r}.")
         for agent, info in infos.items():
             if not isinstance(info, dict):
@@ -372,7 +299,7 @@ class _Checker:
         for i, (a, b) in enumerate(zip(expected, got)):
             step = "reset" if i + offset == 0 else f"step {i + offset}"
             for key in a:
-                found = _diff(a[key], b.get(key), key)
+                found = first_difference(a[key], b.get(key), key)
                 if found:
                     raise self.fail(check, f"{what}: at {step}, {found}")
 
@@ -381,7 +308,7 @@ class _Checker:
         if episode not in self._references:
             env = self.fresh()
             first = self.reset(env, episode, "determinism")
-            self._references[episode] = [first] + self.play(env, _scripted, "determinism")
+            self._references[episode] = [first] + self.play(env, scripted, "determinism")
         return self._references[episode]
 
     # ----- the checks ---------------------------------------------------------
@@ -422,10 +349,10 @@ class _Checker:
         check = "determinism"
         expected = self.reference(episode)
         env = self.fresh()
-        first = [self.reset(env, episode, check)] + self.play(env, _scripted, check)
+        first = [self.reset(env, episode, check)] + self.play(env, scripted, check)
         self.compare(check, f"two fresh copies reset with {self.describe(episode)} and given the same actions "
                      "differ (randomness must come from self.np_random, seeded by reset)", expected, first)
-        again = [self.reset(env, episode, check)] + self.play(env, _scripted, check)
+        again = [self.reset(env, episode, check)] + self.play(env, scripted, check)
         self.compare(check, f"a second reset of the same env with {self.describe(episode)} differs from the first "
                      "(state leaks across episodes, or the seed is ignored)", expected, again)
 
@@ -436,13 +363,13 @@ class _Checker:
             self.reset(env, 0, check)
             turn = 0
             while env.agents:
-                where = f"turn {turn} with {kind} action {_short(text, 60)}"
+                where = f"turn {turn} with {kind} action {short_repr(text, 60)}"
                 self.step(env, {a: text for a in env.agents}, check, where, show_actions=False)
                 turn += 1
                 if isinstance(self.num_turns, int) and turn > self.num_turns:
                     raise self.fail(check, f"agents are still live after num_turns={self.num_turns} steps.")
         self.reset(env, 1, check)
-        self.play(env, _gibberish, check)  # each agent a different kind of gibberish
+        self.play(env, gibberish, check)  # each agent a different kind of gibberish
 
     def check_parallel_api(self) -> None:
         check = "parallel_api_test"
@@ -483,27 +410,27 @@ class _Checker:
             env = self.work
             self.reset(env, 0, check)
             for turn in range(k):
-                self.step(env, _scripted(turn, list(env.agents)), check, f"turn {turn}")
+                self.step(env, scripted(turn, list(env.agents)), check, f"turn {turn}")
             point = "after reset" if k == 0 else f"after {k} step"
             other = copy_env(env)
             before = (list(env.agents), env.state())
-            self.play(other, _gibberish, check, first_turn=k)
+            self.play(other, gibberish, check, first_turn=k)
             if (list(env.agents), env.state()) != before:
                 raise self.fail(check, f"stepping the result of {how} taken {point} changed the original env's "
                                 "agents or state(); the copy must not share episode state.")
             twin = copy_env(env)
             self.compare(check, f"the result of {how} taken {point} continues differently from an "
-                         "uninterrupted episode", expected[k + 1:], self.play(twin, _scripted, check, k), offset=k + 1)
+                         "uninterrupted episode", expected[k + 1:], self.play(twin, scripted, check, k), offset=k + 1)
             self.compare(check, f"the original env continues differently after {how} was taken {point} and "
-                         "stepped", expected[k + 1:], self.play(env, _scripted, check, k), offset=k + 1)
+                         "stepped", expected[k + 1:], self.play(env, scripted, check, k), offset=k + 1)
         # A copy of a finished episode starts the next episode like the original.
         env = self.work
         self.reset(env, 0, check)
-        self.play(env, _scripted, check)
+        self.play(env, scripted, check)
         twin = copy_env(env)
         if twin.state() != env.state():
             raise self.fail(check, f"{how} of a finished episode has a different state().")
-        replay = [self.reset(twin, 0, check)] + self.play(twin, _scripted, check)
+        replay = [self.reset(twin, 0, check)] + self.play(twin, scripted, check)
         self.compare(check, f"the result of {how} taken at the end of an episode plays the next episode "
                      "differently", expected, replay)
 
@@ -525,4 +452,4 @@ class _Checker:
                 raise self.fail(check, f"render() {where} with render_mode='ansi' returned "
                                 f"{type(text).__name__}, not a str.")
             if where == "after reset":
-                self.step(env, _scripted(0, list(env.agents)), check, "turn 0")
+                self.step(env, scripted(0, list(env.agents)), check, "turn 0")

@@ -16,7 +16,7 @@ from typing import Any
 import numpy as np
 import torch
 
-from learners.distributed import Distributed
+from learners.parallel.distributed import Distributed
 
 __all__ = ["capture_rng", "check_rng", "gather_rng", "restore_rng"]
 

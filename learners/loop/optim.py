@@ -18,7 +18,8 @@ from typing import Any, Callable
 
 import torch
 
-from learners.losses import POLICY_STATS, completion_logprobs, policy_terms
+from learners.loop.losses import POLICY_STATS, policy_terms
+from learners.rollout.scoring import completion_logprobs
 
 __all__ = ["accumulate_gradients", "adamw", "clip_grad", "gradient_step", "policy_step"]
 
@@ -104,7 +105,7 @@ def policy_step(model: torch.nn.Module, optimizer: torch.optim.Optimizer, sample
                 advantages: torch.Tensor, old_logprobs: torch.Tensor | None, cfg: Any, dist: Any = None, *,
                 temperature: float) -> dict[str, float]:
     """One optimizer step of a policy on the rows `idx` of its `samples` (a `SampleBatch`): the clipped
-    policy loss of `learners.losses.policy_terms` with `advantages` `(S,)` and `old_logprobs` `(S, T)` (None:
+    policy loss of `learners.loop.losses.policy_terms` with `advantages` `(S,)` and `old_logprobs` `(S, T)` (None:
     ratio 1), tokens scored under softmax(z / `temperature`) (the agent's `logprob_temperature_of`). `cfg`
     gives the loss and step settings. Returns the loss, the `POLICY_STATS`, the gradient norm and the learning
     rate (MAGRPO, IAC and MAAC actors all step here)."""

@@ -1,12 +1,11 @@
-"""Losses and the one token log-prob gather: pure functions of tensors (plus a model for the forward).
+"""Losses: pure functions of tensors (plus frozen reference models for the KL term).
 
-    log pi(y_t)    = log softmax(z_t / temperature)[y_t]                       (`token_logprobs`)
     L_policy       = -1/|B| sum_s sum_t min(rho_st A_s, clip(rho_st, 1 +- eps) A_s) m_st   (`policy_loss`)
     L_value        = 1/|B| sum_s max((y_s - V_s)^2, (y_s - V_clip,s)^2)                   (`value_loss`)
 
 with rho = pi / pi_old and m_st masking exactly the sampled completion tokens (EOS in; prompt and padding
-out). The sampling loop, the learners' recomputation and IAC's shared value head all score tokens with
-`token_logprobs`, so the ratio's two sides always agree.
+out). Token log-probs come from `learners.rollout.scoring`, which the sampler shares, so the ratio's two
+sides always agree.
 """
 
 from __future__ import annotations
@@ -15,57 +14,23 @@ from typing import TYPE_CHECKING, Sequence
 
 import torch
 
+from learners.rollout.samples import SampleBatch
+from learners.rollout.scoring import sampled_logprobs
+
 if TYPE_CHECKING:
     from transformers import PreTrainedModel
 
-    from learners.rollout import SampleBatch
-
-__all__ = ["POLICY_STATS", "completion_logprobs", "policy_loss", "policy_stats", "policy_terms", "reference_kl",
-           "sampled_logprobs", "token_logprobs", "value_loss"]
+__all__ = ["POLICY_STATS", "policy_loss", "policy_stats", "policy_terms", "reference_kl", "value_loss"]
 
 POLICY_STATS = ("surrogate", "clip_fraction", "approx_kl", "entropy")
 
 
-def token_logprobs(logits: torch.Tensor, tokens: torch.Tensor, temperature: float = 1.0) -> torch.Tensor:
-    """log softmax(logits / temperature) at `tokens`: `(..., V)` logits and `(...)` ids give `(...)` float32."""
-    z = logits.float() if temperature == 1.0 else logits.float() / temperature
-    return z.gather(-1, tokens.unsqueeze(-1)).squeeze(-1) - z.logsumexp(-1)
 
 
-def completion_logprobs(model: "PreTrainedModel", batch: "SampleBatch", temperature: float = 1.0) -> torch.Tensor:
-    """Per-token log softmax(z / temperature)(completion token | prompt, previous tokens), 0 off the mask: `(S, T)`.
-
-    One forward over the whole batch; positions follow the attention mask as in
-    `generate`, and logits are computed only for the completion positions.
-    """
-    device = model.device
-    prompt_ids, completion_ids = batch.prompt_ids.to(device), batch.completion_ids.to(device)
-    mask = torch.cat([batch.prompt_mask, batch.completion_mask], 1).to(device)
-    positions = (mask.cumsum(1) - 1).clamp(min=0)
-    T = completion_ids.shape[1]
-    logits = model(
-        input_ids=torch.cat([prompt_ids, completion_ids], 1),
-        attention_mask=mask,
-        position_ids=positions,
-        logits_to_keep=T + 1,
-        use_cache=False,
-    ).logits[:, :-1]
-    return token_logprobs(logits, completion_ids, temperature) * batch.completion_mask.to(device)
 
 
-def sampled_logprobs(model: "PreTrainedModel", batch: "SampleBatch", rows: int = 16,
-                     temperature: float = 1.0) -> torch.Tensor:
-    """`completion_logprobs` without gradients, `rows` sequences per forward (bounds the logits' memory), on CPU."""
-    out = torch.zeros(batch.completion_ids.shape, dtype=torch.float32)
-    with torch.no_grad():
-        for start in range(0, len(batch), rows):
-            idx = torch.arange(start, min(start + rows, len(batch)))
-            part = completion_logprobs(model, batch.select(idx), temperature).cpu()
-            out[idx, : part.shape[1]] = part
-    return out
 
-
-def reference_kl(references: "list[PreTrainedModel]", samples: "list[SampleBatch]",
+def reference_kl(references: "list[PreTrainedModel]", samples: list[SampleBatch],
                  old_logprobs: list[torch.Tensor], temperatures: Sequence[float] | float = 1.0) -> torch.Tensor:
     """k3 estimate of KL(pi_old || pi_ref) per agent and sample `(A, S)`: the sum over completion tokens of
     exp(ref - old) - (ref - old) - 1, with `old_logprobs[a]` agent a's sampled-token log-probs `(S, T)` and

@@ -27,8 +27,9 @@ import torch
 
 from comlrl_env.base import AgentID, TextParallelEnv
 from comlrl_env.policies import FixedPolicy, as_fixed_policy
-from learners.agents import load_agents, model_name
-from learners.config import GenerationSettings
+from learners.models.agents import load_agents, model_name
+from learners.rollout.engine import RolloutEngine
+from learners.rollout.settings import GenerationSettings
 
 __all__ = ["Frozen", "split_seats"]
 
@@ -55,8 +56,6 @@ class Frozen(FixedPolicy):
 
     def prepare(self, settings: GenerationSettings, device: torch.device, model_config: dict[str, Any]) -> None:
         """Load (or copy) the model onto `device`, frozen, with `settings` plus this seat's overrides."""
-        from learners.rollout import RolloutEngine  # the engine imports this module's protocol
-
         models, tokenizers = load_agents(agents=[self.source], tokenizer=self.tokenizer, model_config=model_config)
         model = models[0] if isinstance(self.source, (str, os.PathLike)) else copy.deepcopy(models[0])
         model.to(device).eval().requires_grad_(False)

@@ -17,7 +17,7 @@ from typing import Any
 import torch
 from torch import nn
 
-from learners.agents import enable_gradient_checkpointing, load_causal_lm
+from learners.models.agents import enable_gradient_checkpointing, load_causal_lm
 
 __all__ = ["CausalLMWithValueHead", "ValueHead", "load_critics"]
 

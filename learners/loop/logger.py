@@ -126,7 +126,7 @@ class RunLogger:
             self._bar.update(advance)
 
     def log_completions(self, rows: list[dict[str, Any]], step: int) -> None:
-        """Record sampled joint answers (`learners.metrics.completion_rows`): one JSONL line each in
+        """Record sampled joint answers (`learners.loop.metrics.completion_rows`): one JSONL line each in
         `output_dir/completions.jsonl`, and a wandb Table."""
         if self.output_dir is not None:
             with open(os.path.join(self.output_dir, "completions.jsonl"), "a", encoding="utf-8") as f:

@@ -5,7 +5,7 @@ writes it and `load_checkpoint(path, state)` loads into its modules, optimizers,
 schedulers and stateful objects in place. The small pure helpers below compute
 its plain fields from the learner's objects: `find_stateful` (which callbacks,
 datasets and functions have `state_dict()`), `config_defaults` and
-`qualified_name`; `learners.fingerprints.data_fingerprint` computes `data`.
+`qualified_name`; `learners.checkpointing.fingerprints.data_fingerprint` computes `data`.
 """
 
 from __future__ import annotations
@@ -15,7 +15,7 @@ from typing import Any, Callable, Protocol, Sequence, runtime_checkable
 
 import torch
 
-from learners.distributed import Distributed
+from learners.parallel.distributed import Distributed
 
 __all__ = ["StateHooks", "Stateful", "TrainingState", "config_defaults", "find_stateful", "qualified_name"]
 

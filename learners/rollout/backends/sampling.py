@@ -39,7 +39,7 @@ import torch
 from transformers import GenerationConfig, PreTrainedTokenizerBase, StoppingCriteria
 from transformers.generation.stopping_criteria import StopStringCriteria
 
-from learners.losses import token_logprobs
+from learners.rollout.scoring import token_logprobs
 
 __all__ = ["StopRecorder", "draw_tokens", "filtered_probs", "mask_completions", "sample_completions", "sample_tokens",
            "supports_lean_sampling"]

@@ -18,15 +18,13 @@ from __future__ import annotations
 
 import contextlib
 import os
-from concurrent.futures import ThreadPoolExecutor
 from typing import Any, Iterator, Sequence
 
 import torch
 from transformers import AutoModelForCausalLM, AutoTokenizer, PreTrainedModel, PreTrainedTokenizerBase
 
-__all__ = ["agent_count", "check_device", "check_model_path", "convert_gguf", "distinct_accelerators",
-           "enable_gradient_checkpointing", "hub_progress_hidden", "load_agents", "load_causal_lm", "model_name", "per_agent", "prepare_tokenizer", "resolve_devices",
-           "save_pretrained_with_head"]
+__all__ = ["agent_count", "check_model_path", "convert_gguf", "enable_gradient_checkpointing", "hub_progress_hidden",
+           "load_agents", "load_causal_lm", "model_name", "prepare_tokenizer", "save_pretrained_with_head"]
 
 _MODEL_CONFIG_KEYS = {"dtype", "torch_dtype", "attn_implementation", "model_kwargs", "special_tokens",
                       "critic_model_kwargs", "critic_value_head_hidden_dim"}
@@ -244,44 +242,8 @@ def agent_count(num_agents: int | None, agents: Sequence[Any] | None, configured
     return count
 
 
-def resolve_devices(spec: Any, count: int, what: str = "agent", default: list[torch.device] | None = None,
-                    local_rank: int = 0, parallel_training: str = "none") -> list[torch.device]:
-    """One device per model (`what`: "agent" or "critic", for messages).
-
-    `spec` is a device for all, or a list of one per model (or of one to repeat). None: the `default`
-    devices (critics follow their agents), else cuda (this torchrun process's GPU) if available, else cpu;
-    with `parallel_training="mp"`, model i on GPU i modulo the GPUs there are.
-    """
-    if spec is None or spec == "auto":
-        if default is not None:
-            return (default * count)[:count] if len(default) >= count else [default[0]] * count
-        if not torch.cuda.is_available():
-            return [torch.device("cpu")] * count
-        if parallel_training == "mp":
-            return [torch.device(f"cuda:{i % torch.cuda.device_count()}") for i in range(count)]
-        return [torch.device(f"cuda:{local_rank}")] * count
-    if isinstance(spec, (str, torch.device)):
-        return [check_device(spec, f"{what}_devices")] * count
-    spec = list(spec)
-    if len(spec) not in (1, count):
-        raise ValueError(f"{what}_devices has {len(spec)} entries for {count} {what}s; give 1 or {count}.")
-    return [check_device(s, f"{what}_devices") for s in (spec * count if len(spec) == 1 else spec)]
 
 
-def check_device(spec: Any, what: str) -> torch.device:
-    """`spec` as a device this machine has; a ValueError naming the setting (`what`) and the fix otherwise,
-    before anything loads."""
-    try:
-        device = torch.device(spec)
-    except (RuntimeError, TypeError) as exc:
-        raise ValueError(f"{what}={spec!r} is not a device ({exc}); use e.g. 'cpu' or 'cuda:0'.") from exc
-    if device.type == "cuda":
-        if not torch.cuda.is_available():
-            raise ValueError(f"{what}={spec!r} but CUDA is not available on this machine; use 'cpu' or None.")
-        if device.index is not None and device.index >= torch.cuda.device_count():
-            raise ValueError(f"{what}={spec!r} but this machine has {torch.cuda.device_count()} CUDA device(s); "
-                             f"use an index below {torch.cuda.device_count()}.")
-    return device
 
 
 def enable_gradient_checkpointing(model: torch.nn.Module) -> None:
@@ -309,21 +271,3 @@ def save_pretrained_with_head(model: torch.nn.Module, path: str, tokenizer: Any 
             torch.save(head.state_dict(), os.path.join(path, "value_head.pt"))
     if tokenizer is not None:
         tokenizer.save_pretrained(path)
-
-
-def distinct_accelerators(devices: Sequence[torch.device]) -> bool:
-    """True when every model sits on its own accelerator, so per-agent work can overlap in threads.
-
-    CPU models never run concurrently: they would share the CPU's random generator (sampling
-    order would depend on thread timing) and its cores.
-    """
-    devices = [torch.device(d) for d in devices]
-    return len(devices) > 1 and all(d.type != "cpu" for d in devices) and len(set(devices)) == len(devices)
-
-
-def per_agent(fn: Any, num_agents: int, concurrent: bool) -> list[Any]:
-    """`[fn(0), ..., fn(A - 1)]`, in threads (one per agent) when `concurrent`; results in agent order."""
-    if not concurrent:
-        return [fn(a) for a in range(num_agents)]
-    with ThreadPoolExecutor(max_workers=num_agents) as pool:
-        return list(pool.map(fn, range(num_agents)))

@@ -6,20 +6,39 @@ unshuffled), so every evaluation of a run plays the same task instances. `Learne
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
+from typing import Any, Callable, Protocol
 
 import torch
 from tqdm.auto import tqdm
 
-from learners.data import reset_roots
+from comlrl_env import TextParallelEnv
+from learners.loop.data import reset_roots
+from learners.loop.logger import RunLogger
+from learners.parallel.distributed import Distributed
+from learners.rollout.engine import RolloutEngine
 
-if TYPE_CHECKING:
-    from learners.base import Learner
-
-__all__ = ["evaluate"]
+__all__ = ["Evaluated", "evaluate"]
 
 
-def evaluate(learner: "Learner", num_eval_samples: int | None = None, greedy: bool | None = None
+class Evaluated(Protocol):
+    """What evaluation reads of a learner (`learners.Learner` is one)."""
+
+    args: Any  # its config: `eval_*` fields, `discount`, `num_turns`, `verbose`
+    dist: Distributed
+    eval_env: TextParallelEnv
+    engine: RolloutEngine
+    num_agents: int
+    env_steps: int
+    logger: RunLogger
+    eval_logger: Callable[..., list[dict[str, float]]] | None
+    eval_aggregator: Callable[..., dict[str, float]] | None
+
+    def epoch_order(self, env: TextParallelEnv, epoch: int, limit: int | None = None,
+                    shuffle: bool | None = None) -> list[tuple[int, int | None]]:
+        """`(reset seed, task index or None)` of each episode of `epoch` (-1: evaluation)."""
+
+
+def evaluate(learner: Evaluated, num_eval_samples: int | None = None, greedy: bool | None = None
              ) -> dict[str, float]:
     """Play `num_eval_samples` episodes with one sample per agent per turn; return `eval/*` metrics.
 

@@ -4,27 +4,41 @@
 epochs (every `interval`, and the final one), every `steps` rollouts, and on
 request; keeps only this run's newest `total_limit`; and refuses a directory
 that holds another run's checkpoints (a run is its `run_id`). It drives the
-learner through public members only: `save_checkpoint(path)`,
-`load_checkpoint(path)`, `run_id`, `checkpoint_sequence`, `epoch`,
-`batch_in_epoch`, `rollouts_done`, `batches_per_epoch`, `args.num_train_epochs`
-and `dist`.
+learner through the public members that `Checkpointable` lists.
 """
 
 from __future__ import annotations
 
 import os
 import shutil
-from typing import TYPE_CHECKING, Any
+from typing import Any, Protocol
 
-from learners.atomic import remove_staging, staging_tag
-from learners.checkpoint import CheckpointError, read_checkpoint_metadata
+from learners.checkpointing.atomic import remove_staging, staging_tag
+from learners.checkpointing.checkpoint import CheckpointError, read_checkpoint_metadata
+from learners.parallel.distributed import Distributed
 
-if TYPE_CHECKING:
-    from learners.base import Learner
-
-__all__ = ["CHECKPOINT_PREFIX", "CheckpointManager"]
+__all__ = ["CHECKPOINT_PREFIX", "CheckpointManager", "Checkpointable"]
 
 CHECKPOINT_PREFIX = "checkpoint-"
+
+
+class Checkpointable(Protocol):
+    """What the manager reads and calls on a learner (`learners.Learner` is one)."""
+
+    args: Any  # its config: `num_train_epochs` bounds a resume
+    dist: Distributed
+    run_id: str
+    checkpoint_sequence: int
+    epoch: int
+    batch_in_epoch: int
+    rollouts_done: int
+    batches_per_epoch: int
+
+    def save_checkpoint(self, path: str) -> str:
+        """Write the full training state to `path`."""
+
+    def load_checkpoint(self, path: str) -> dict[str, Any]:
+        """Restore the full training state from `path`; returns the progress counters."""
 
 
 class CheckpointManager:
@@ -43,7 +57,7 @@ class CheckpointManager:
 
     def __init__(
         self,
-        learner: Learner,
+        learner: Checkpointable,
         checkpoint_dir: str | os.PathLike | None,
         interval: int = 1,
         total_limit: int | None = None,

@@ -5,8 +5,8 @@ The base owns what every algorithm needs and nothing algorithmic:
 
 - the task source: an env id, an env instance or factory, or `train_dataset` +
   `reward_func` wrapped into a `DatasetEnv`;
-- agent loading (`learners.agents`), devices, one AdamW and LR schedule per agent;
-- the data order (`learners.data`): each epoch visits every task instance in a seeded order, in
+- agent loading (`learners.models.agents`), devices, one AdamW and LR schedule per agent;
+- the data order (`learners.loop.data`): each epoch visits every task instance in a seeded order, in
   batches of `rollout_buffer_size` instances;
 - the `learn()` loop, which calls the learner's `step(roots)` once per batch: collect a rollout,
   compute advantages, `update`, return metrics;
@@ -33,23 +33,29 @@ import torch
 
 import comlrl_env
 from comlrl_env import TextParallelEnv
-from learners import data
-from learners.agents import (agent_count, enable_gradient_checkpointing, load_agents, model_name, resolve_devices,
-                             save_pretrained_with_head)
-from learners.checkpoint import load_checkpoint, read_checkpoint_metadata, save_checkpoint
-from learners.checkpoint_manager import CheckpointManager
-from learners.config import LearnerConfig
-from learners.distributed import Distributed
-from learners.evaluation import evaluate
-from learners.fixed import Frozen, split_seats
-from learners.fingerprints import data_fingerprint
-from learners.logger import RunLogger
-from learners.lora import attach_adapters
-from learners.losses import sampled_logprobs
-from learners.metrics import completion_rows
-from learners.optim import adamw
+from learners.checkpointing.checkpoint import resume_checkpoint, save_checkpoint
+from learners.checkpointing.fingerprints import data_fingerprint
+from learners.checkpointing.manager import CheckpointManager
+from learners.checkpointing.state import StateHooks, TrainingState, config_defaults, find_stateful, qualified_name
+from learners.loop import data
+from learners.loop.config import LearnerConfig
+from learners.loop.evaluation import evaluate
+from learners.loop.logger import RunLogger
+from learners.loop.metrics import completion_rows
+from learners.loop.optim import adamw
+from learners.models.agents import (
+    agent_count,
+    enable_gradient_checkpointing,
+    load_agents,
+    model_name,
+    save_pretrained_with_head,
+)
+from learners.models.fixed import Frozen, split_seats
+from learners.models.lora import attach_adapters
+from learners.parallel.distributed import Distributed
+from learners.parallel.placement import resolve_devices
 from learners.rollout import Rollout, RolloutEngine
-from learners.state import StateHooks, TrainingState, config_defaults, find_stateful, qualified_name
+from learners.rollout.scoring import sampled_logprobs
 
 __all__ = ["Learner", "LearnerConfig"]
 
@@ -302,7 +308,7 @@ class Learner(abc.ABC):
 
     def evaluate(self, num_eval_samples: int | None = None, greedy: bool | None = None) -> dict[str, float]:
         """Play `num_eval_samples` episodes of `eval_env` with one sample per agent per turn, always under the
-        task reward; log and return the `eval/*` metrics (see `learners.evaluation.evaluate`)."""
+        task reward; log and return the `eval/*` metrics (see `learners.loop.evaluation.evaluate`)."""
         return evaluate(self, num_eval_samples, greedy)
 
     # ----- export ---------------------------------------------------------------
@@ -364,8 +370,7 @@ class Learner(abc.ABC):
 
     def load_checkpoint(self, path: str) -> dict[str, Any]:
         """Restore the full training state from `path`; returns the progress counters."""
-        epoch = read_checkpoint_metadata(path)["progress"]["epoch"]  # the data check compares its order
-        restored = load_checkpoint(path, self.training_state(epoch=epoch))
+        restored = resume_checkpoint(path, lambda epoch: self.training_state(epoch=epoch))
         progress = restored["progress"]
         self.epoch, self.batch_in_epoch = progress["epoch"], progress["batch_in_epoch"]
         self.rollouts_done, self.env_steps = progress["rollouts_done"], progress["env_steps"]
@@ -401,7 +406,7 @@ class Learner(abc.ABC):
     # ----- data order and helpers for subclasses ------------------------------------
 
     def epoch_size(self, env: TextParallelEnv) -> int:
-        """Episodes per epoch of `env` under this config (`learners.data.epoch_size`)."""
+        """Episodes per epoch of `env` under this config (`learners.loop.data.epoch_size`)."""
         return data.epoch_size(env, self.args.episodes_per_epoch)
 
     @property
@@ -419,7 +424,7 @@ class Learner(abc.ABC):
         """This rank's minibatches of its `n` local items (groups or samples) for one pass over a rollout.
 
         Each holds this rank's share of `train_batch_size` (which counts the global minibatch), in the
-        seeded order of `learners.data.minibatch_order`, padded with empty ones so all ranks step together.
+        seeded order of `learners.loop.data.minibatch_order`, padded with empty ones so all ranks step together.
         """
         size = self.args.train_batch_size // self.dist.world_size if self.args.train_batch_size else max(n, 1)
         chunks = data.minibatch_order(n, size, self.args.seed, self.rollouts_done, pass_index)

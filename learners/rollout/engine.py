@@ -4,10 +4,10 @@ One call to `RolloutEngine.collect(roots, ...)` plays a batch of B task
 instances (environments already reset) to the end:
 
 - per turn, per agent, ONE batched sampling call over every live observation
-  (all nodes of the batch, each sampled `num_generations` times), left-padded,
-  KV cache on: `learners.sampling.sample_completions` (one prefill per prompt,
-  sampled-token log-probs kept for the learners) for plain sampling, or
-  `model.generate` when the user passes generate arguments or stop strings;
+  (all nodes of the batch, each sampled `num_generations` times), made by a
+  generation backend (`learners.rollout.backends`; `HFBackend` by default:
+  our lean sampling loop with sampled-token log-probs, or `model.generate`
+  when the user passes generate arguments or stop strings);
 - the sampled token ids are kept as they came out of `generate`: a
   completion is every token up to and including the first EOS (or up to the
   stop string), never padding and never prompt tokens, so the loss scores
@@ -43,24 +43,17 @@ import time
 from typing import Any, Sequence
 
 import torch
-from transformers import PreTrainedModel, PreTrainedTokenizerBase, StoppingCriteriaList
+from transformers import PreTrainedModel, PreTrainedTokenizerBase
 
 from comlrl_env.base import TextParallelEnv
 from comlrl_env.policies import FixedPolicy
-from learners.agents import distinct_accelerators, per_agent
-from learners.config import GenerationSettings
-from learners.samples import Rollout, SampleBatch
-from learners.sampling import StopRecorder, mask_completions, sample_completions, supports_lean_sampling
+from learners.parallel.placement import distinct_accelerators, per_agent
+from learners.rollout.backends.hf import HFBackend
+from learners.rollout.backends.protocol import GenerationBackend
+from learners.rollout.samples import Rollout, SampleBatch
+from learners.rollout.settings import GenerationSettings
 
-__all__ = [
-    "GenerationSettings",
-    "Rollout",
-    "RolloutEngine",
-    "SampleBatch",
-    "distinct_accelerators",
-    "joint_combinations",
-    "per_agent",
-]
+__all__ = ["RolloutEngine", "joint_combinations"]
 
 
 class RolloutEngine:
@@ -73,6 +66,7 @@ class RolloutEngine:
         settings: Sampling settings: one value for every seat, or one per seat (`GenerationSettings.for_agent`).
         fixed: Seats (indices into `env.possible_agents`) played by fixed policies
             (`comlrl_env.policies.FixedPolicy`): asked to act where their seat is to move, never trained.
+        backend: Where the agents' samples come from (`learners.rollout.backends`); default `HFBackend`.
     """
 
     def __init__(
@@ -81,6 +75,7 @@ class RolloutEngine:
         tokenizers: Sequence[PreTrainedTokenizerBase],
         settings: GenerationSettings,
         fixed: dict[int, FixedPolicy] | None = None,
+        backend: GenerationBackend | None = None,
     ) -> None:
         self.agents = list(agents)
         self.tokenizers = list(tokenizers)
@@ -90,162 +85,30 @@ class RolloutEngine:
         settings.check_per_agent(len(seats) + len(self.fixed))
         self.agent_settings = [settings.for_agent(s) for s in seats]  # each trained agent's seat's values
         self.concurrent = distinct_accelerators([m.device for m in self.agents])
-        self.shared_base = self._shared_base()  # the PEFT model of LoRA agents that sample together, or None
+        self.backend = backend if backend is not None else HFBackend(self.agents, self.tokenizers,
+                                                                     self.agent_settings, settings.batch_adapters)
+        self.shared_base = self.backend.shared_base  # what the whole team samples through in one call, or None
 
-    # ----- one batched generate ------------------------------------------------
+    # ----- one turn's samples, through the backend -------------------------------
 
     def generate_turn(self, prompts: list[list[str]], num_samples: int, greedy: bool = False) -> list[SampleBatch]:
         """Every agent's samples for one turn, `num_samples` per prompt; `prompts[a]` are agent a's.
 
-        LoRA agents on one shared base (`batch_adapters`) sample in ONE batched call over all agents'
-        prompts, each row through its own adapter (PEFT's mixed-adapter batches): one decode loop instead
-        of one per agent. Other agents make one call each, in threads when they sit on distinct accelerators.
+        One backend call for the whole team when the backend can (LoRA agents of one base); else one call
+        per agent, in threads when the agents sit on distinct accelerators.
         """
-        if self.shared_base is None:
-            return per_agent(lambda a: self.generate(a, prompts[a], num_samples, greedy), len(self.agents),
-                             self.concurrent)
-        cfg, tok = self.agent_settings[0], self.tokenizers[0]  # equal for every agent here (`_shared_base`)
-        ids, mask = self._encode(0, [p for agent_prompts in prompts for p in agent_prompts])
-        names = [agent.adapter_name for agent, agent_prompts in zip(self.agents, prompts) for _ in agent_prompts]
-        eos_ids = self._eos_ids(0)
-        completion, logprobs = sample_completions(
-            self.shared_base, ids, mask, num_samples, cfg.max_new_tokens, eos_ids, tok.pad_token_id,
-            temperature=None if greedy else cfg.temperature, top_k=cfg.top_k, top_p=cfg.top_p,
-            logprob_temperature=cfg.logprob_temperature, adapter_names=names)
-        batches, start = [], 0
-        for agent_prompts in prompts:
-            rows = slice(start, start + len(agent_prompts))
-            samples = slice(rows.start * num_samples, rows.stop * num_samples)
-            keep = mask[rows].any(0)  # drop the left padding only other agents' longer prompts needed
-            first = int(keep.int().argmax()) if bool(keep.any()) else mask.shape[1]
-            batches.append(self._samples(0, ids[rows, first:], mask[rows, first:], completion[samples],
-                                         logprobs[samples], num_samples))
-            start = rows.stop
-        return batches
+        if self.shared_base is not None:
+            return self.backend.generate_all(prompts, num_samples, greedy)
+        return per_agent(lambda a: self.generate(a, prompts[a], num_samples, greedy), len(self.agents),
+                         self.concurrent)
 
     def generate(self, agent: int, prompts: list[str], num_samples: int, greedy: bool = False) -> SampleBatch:
         """Sample `num_samples` completions for each prompt in one call (rows prompt-major)."""
-        cfg, tok = self.agent_settings[agent], self.tokenizers[agent]
-        ids, mask = self._encode(agent, prompts)
-        eos_ids = self._eos_ids(agent)
-        if self._lean(agent):
-            completion, logprobs = sample_completions(
-                self.agents[agent], ids, mask, num_samples, cfg.max_new_tokens, eos_ids, tok.pad_token_id,
-                temperature=None if greedy else cfg.temperature, top_k=cfg.top_k, top_p=cfg.top_p,
-                logprob_temperature=cfg.logprob_temperature)
-            return self._samples(agent, ids, mask, completion, logprobs, num_samples)
-        completion, sampled = self._hf_generate(agent, ids, mask, num_samples, greedy, eos_ids)
-        if sampled is None:  # beam search: read the ids
-            completion_mask = mask_completions(completion, eos_ids, tok.pad_token_id, bool(cfg.stop_strings))
-        else:
-            positions = torch.arange(completion.shape[1], device=completion.device)
-            completion_mask = (positions < sampled[:, None].to(completion.device)).long()
-        return self._samples(agent, ids, mask, completion, None, num_samples, completion_mask)
+        return self.backend.generate(agent, prompts, num_samples, greedy)
 
-    def _encode(self, agent: int, prompts: list[str]) -> tuple[torch.Tensor, torch.Tensor]:
-        """Left-padded token ids and attention mask of `prompts` under agent `agent`'s tokenizer, on its device."""
-        tok, cfg = self.tokenizers[agent], self.agent_settings[agent]
-        if cfg.use_chat_template:
-            texts = [tok.apply_chat_template([{"role": "user", "content": p}], tokenize=False, add_generation_prompt=True)
-                     for p in prompts]
-        else:
-            texts = prompts
-        enc = tok(
-            texts,
-            return_tensors="pt",
-            padding=True,
-            padding_side="left",
-            add_special_tokens=not cfg.use_chat_template,
-            truncation=cfg.max_prompt_length is not None,
-            max_length=cfg.max_prompt_length,
-        )
-        device = self.agents[agent].device
-        return enc["input_ids"].to(device), enc["attention_mask"].to(device)
-
-    def _samples(self, agent: int, ids: torch.Tensor, mask: torch.Tensor, completion: torch.Tensor,
-                 logprobs: torch.Tensor | None, num_samples: int,
-                 completion_mask: torch.Tensor | None = None) -> SampleBatch:
-        """The `SampleBatch` of sampled `completion` ids (with their log-probs, when the sampling loop kept
-        them): the mask covers each row's tokens through its first EOS (or `completion_mask`, when given),
-        trailing columns no row reached are dropped, and the texts are decoded."""
-        tok = self.tokenizers[agent]
-        if completion_mask is None:
-            completion_mask = mask_completions(completion, self._eos_ids(agent), tok.pad_token_id, stop_strings=False)
-        width = int(completion_mask.sum(1).max()) if completion_mask.numel() else 0
-        completion, completion_mask = completion[:, :width], completion_mask[:, :width]
-        completion = completion.masked_fill(completion_mask == 0, tok.pad_token_id)
-        lengths = completion_mask.sum(1).tolist()
-        rows = completion.tolist()
-        texts_out = tok.batch_decode([row[:n] for row, n in zip(rows, lengths)], skip_special_tokens=True)
-        return SampleBatch(
-            ids.repeat_interleave(num_samples, 0).cpu(),
-            mask.repeat_interleave(num_samples, 0).cpu(),
-            completion.cpu(),
-            completion_mask.cpu(),
-            texts_out,
-            None if logprobs is None else (logprobs[:, :width] * completion_mask).cpu(),
-        )
-
-    def _shared_base(self) -> Any:
-        """The PEFT model all agents are adapters of, when they can sample in one batch: `batch_adapters`,
-        two or more LoRA agents (`learners.lora.AdapterAgent`) on one base, one tokenizer, plain sampling, and
-        the same settings for every agent (else each agent samples on its own)."""
-        peft = {id(getattr(a, "peft", None)) for a in self.agents}
-        if (not self.settings.batch_adapters or len(self.agents) < 2 or len(peft) != 1
-                or not all(hasattr(a, "adapter_name") for a in self.agents)
-                or any(s != self.agent_settings[0] for s in self.agent_settings)
-                or len({id(t) for t in self.tokenizers}) != 1 or not self._lean(0)):
-            return None
-        return self.agents[0].peft
-
-    def _lean(self, agent: int) -> bool:
-        """Plain sampling goes through `sample_completions`; user generate arguments and stop strings
-        go through `model.generate`."""
-        settings = self.agent_settings[agent]
-        return not settings.generation_kwargs and not settings.stop_strings and supports_lean_sampling(self.agents[agent])
-
-    def _hf_generate(self, agent: int, ids: torch.Tensor, mask: torch.Tensor, num_samples: int, greedy: bool,
-                     eos_ids: list[int]) -> tuple[torch.Tensor, torch.Tensor | None]:
-        """`model.generate`'s new tokens `(S, T)`, and each row's number of sampled tokens `(S,)`.
-
-        generate pads a row once it stops, with the pad id, which may also be a token the model can sample
-        (pad == EOS is common). So the lengths are recorded while generating: `StopRecorder` applies the
-        EOS ids (the user's `eos_token_id` override included), the stop strings and the user's
-        `stopping_criteria`, and notes the step at which each row stopped. Beam search reorders rows,
-        so it falls back to reading the ids (`mask_completions`): lengths None.
-        """
-        model, tok, cfg = self.agents[agent], self.tokenizers[agent], self.agent_settings[agent]
-        if greedy:
-            sampling = dict(do_sample=False, temperature=None, top_p=None, top_k=None)
-        else:  # top_k=0, not None: generate() would fill None with its default of 50
-            sampling = dict(do_sample=True, temperature=cfg.temperature, top_p=cfg.top_p, top_k=cfg.top_k or 0)
-        kwargs = dict(
-            max_new_tokens=cfg.max_new_tokens,
-            num_return_sequences=num_samples,
-            pad_token_id=tok.pad_token_id,
-            eos_token_id=eos_ids,
-            **sampling,
-        )
-        kwargs.update(cfg.generation_kwargs)  # the user's generate arguments win (e.g. beam search)
-        recorder = None
-        if kwargs.get("num_beams", model.generation_config.num_beams or 1) > 1:
-            if cfg.stop_strings:
-                kwargs.update(stop_strings=cfg.stop_strings, tokenizer=tok)
-        else:
-            eos = kwargs["eos_token_id"]
-            recorder = StopRecorder(ids.shape[1], [eos] if isinstance(eos, int) else list(eos or []),
-                                     cfg.stop_strings, tok, kwargs.pop("stopping_criteria", None))
-            kwargs["stopping_criteria"] = StoppingCriteriaList([recorder])
-        with torch.no_grad():
-            out = model.generate(input_ids=ids, attention_mask=mask, **kwargs)
-        completion = out[:, ids.shape[1]:]
-        return completion, None if recorder is None else recorder.lengths(completion.shape[1])
-
-    def _eos_ids(self, agent: int) -> list[int]:
-        ids = self.agents[agent].generation_config.eos_token_id
-        ids = [] if ids is None else [ids] if isinstance(ids, int) else list(ids)
-        eos = self.tokenizers[agent].eos_token_id
-        return sorted(set(ids) | ({eos} if eos is not None else set()))
+    def prompt_rows(self, agent: int, prompts: list[str], num_samples: int) -> SampleBatch:
+        """`num_samples` rows per prompt with agent `agent`'s prompt and no sampled token (turns it waits)."""
+        return self.backend.prompt_rows(agent, prompts, num_samples)
 
     # ----- whole episodes --------------------------------------------------------
 
@@ -379,12 +242,7 @@ class RolloutEngine:
         idle = [n for n in range(len(prompts)) if n not in acting]
         if not idle:
             return batch
-        ids, mask = self._encode(agent, [prompts[n] for n in idle])
-        S = len(idle) * per_node
-        empty = torch.zeros(S, 0, dtype=torch.long)
-        lean = batch.logprobs is not None if batch is not None else self._lean(agent)
-        rest = SampleBatch(ids.repeat_interleave(per_node, 0).cpu(), mask.repeat_interleave(per_node, 0).cpu(),
-                           empty, empty.clone(), [""] * S, torch.zeros(S, 0) if lean else None)
+        rest = self.prompt_rows(agent, [prompts[n] for n in idle], per_node)
         if batch is None:
             return rest
         merged = SampleBatch.cat([batch, rest], self.tokenizers[agent].pad_token_id)

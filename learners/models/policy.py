@@ -15,7 +15,7 @@ from typing import Any, Sequence
 import torch
 
 from comlrl_env.base import AgentID, TextParallelEnv
-from learners.agents import load_agents
+from learners.models.agents import load_agents
 from learners.rollout import GenerationSettings, RolloutEngine
 
 __all__ = ["SAMPLING_FIELDS", "AgentPolicy", "agent_dirs", "content_hash", "saved_settings"]

@@ -1,0 +1,19 @@
+"""Training checkpoints: save, and resume in one pass (read, validate everything, then apply).
+
+`checkpoint.py` writes and loads a `TrainingState` (`state.py`), with its RNG states (`rng.py`), weights
+(`weights.py`), fingerprints (`fingerprints.py`) and atomic writes (`atomic.py`); `manager.py` decides
+when `learn()` saves and which snapshots it keeps. May import `learners.parallel`; nothing else of ours.
+"""
+
+from learners.checkpointing.checkpoint import (
+                                               CheckpointError,
+                                               InexactResumeWarning,
+                                               load_checkpoint,
+                                               read_checkpoint_metadata,
+                                               save_checkpoint,
+)
+from learners.checkpointing.manager import CheckpointManager
+from learners.checkpointing.state import Stateful, TrainingState
+
+__all__ = ["CheckpointError", "CheckpointManager", "InexactResumeWarning", "Stateful", "TrainingState",
+           "load_checkpoint", "read_checkpoint_metadata", "save_checkpoint"]

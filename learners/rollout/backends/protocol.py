@@ -1,0 +1,35 @@
+"""What the rollout engine asks of a generation backend: prompts and settings in; token ids, stop masks
+and the sampler's log-probs out, as one `SampleBatch` per agent.
+
+A backend is built for one team (one model per trained agent, each with its seat's `GenerationSettings`)
+and never sees an environment. Every backend returns the same `SampleBatch` layout, so losses, critics and
+checkpoints do not depend on which one sampled.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Protocol
+
+from learners.rollout.samples import SampleBatch
+
+__all__ = ["GenerationBackend"]
+
+
+class GenerationBackend(Protocol):
+    """Samples completions for a team of agents; rows are prompt-major (prompt p's sample k at p * K + k)."""
+
+    name: str
+    """The `generation_backend` value that selects it (`"hf"`)."""
+    shared_base: Any
+    """What every agent samples through in one call (`generate_all`), or None when each agent samples alone."""
+
+    def generate(self, agent: int, prompts: list[str], num_samples: int, greedy: bool = False) -> SampleBatch:
+        """Agent `agent`'s `num_samples` completions of each prompt (greedy: the argmax, once per sample)."""
+
+    def generate_all(self, prompts: list[list[str]], num_samples: int, greedy: bool = False) -> list[SampleBatch]:
+        """Every agent's completions in one call (`prompts[a]` are agent a's); asked only when `shared_base`
+        is set (else the engine calls `generate` once per agent)."""
+
+    def prompt_rows(self, agent: int, prompts: list[str], num_samples: int) -> SampleBatch:
+        """Rows with agent `agent`'s prompts and no sampled token, shaped like its samples (for the turns
+        it waits)."""
