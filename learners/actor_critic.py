@@ -40,7 +40,7 @@ from learners.loop.data import seed_everything
 from learners.loop.learner import Learner
 from learners.loop.losses import POLICY_STATS, policy_terms, reference_kl, value_loss
 from learners.loop.metrics import MeanMetrics, rollout_metrics
-from learners.loop.optim import accumulate_gradients, adamw, gradient_step, policy_step
+from learners.loop.optim import PolicyBatch, accumulate_gradients, adamw, gradient_step, policy_step
 from learners.models.agents import resolve_sources, save_pretrained_with_head
 from learners.models.critics import CausalLMWithValueHead, ValueHead, load_critics
 from learners.parallel.placement import resolve_devices
@@ -236,13 +236,15 @@ class ActorCritic(Learner):
                 means.add(self.minibatch_step(rollout, idx, adv, old_logprobs, old_values, targets))
         return means.means()
 
-    def actor_step(self, a: int, rollout: Rollout, idx: torch.Tensor, adv: torch.Tensor,
+    def actor_step(self, m: int, rollout: Rollout, idx: torch.Tensor, adv: torch.Tensor,
                    old_logprobs: list[torch.Tensor] | None) -> dict[str, float]:
-        """One optimizer step of actor `a` on the samples `idx` (`adv`: `(A, S)`)."""
-        old = None if old_logprobs is None else old_logprobs[a]
-        metrics = policy_step(self.agents[a], self.optimizers[a], rollout.samples[a], rollout.acting(a, idx), adv[a],
-                              old, self.args, self.dist, temperature=self.args.logprob_temperature_of(self.seats[a]))
-        return {f"train/agent_{a}/{name}": value for name, value in metrics.items()}
+        """One optimizer step of model `m` on the samples `idx` of every agent it plays (`adv`: `(A, S)`)."""
+        agents = self.model_agents()[m]
+        parts = [PolicyBatch(rollout.samples[a], rollout.acting(a, idx), adv[a],
+                             None if old_logprobs is None else old_logprobs[a],
+                             self.args.logprob_temperature_of(self.seats[a])) for a in agents]
+        metrics = policy_step(self.agents[agents[0]], self.optimizers[m], parts, self.args, self.dist)
+        return {f"train/agent_{a}/{name}": value for a in agents for name, value in metrics.items()}
 
     def critic_step(self, c: int, rollout: Rollout, idx: torch.Tensor, old_values: torch.Tensor,
                     targets: torch.Tensor) -> dict[str, float]:
@@ -265,10 +267,15 @@ class ActorCritic(Learner):
         return value_loss(values, old_values[c, idx].to(values.device), targets[c, idx].to(values.device),
                           self.args.value_clip_range)
 
-    def _load_critics(self, sources: list[Any], count: int, hidden_dim: int | None) -> None:
-        """Load the critics (with value heads) on their devices, and their optimizers and schedules."""
+    def _load_critics(self, sources: list[Any], count: int, hidden_dim: int | None, per_seat: bool = False) -> None:
+        """Load the critics (with value heads) on their devices, and their optimizers and schedules. One critic
+        per trained agent (IAC) takes `critic_devices` per seat, as `agent_devices`; a joint one takes one device."""
         cfg: ActorCriticConfig = self.args
-        devices = resolve_devices(cfg.critic_devices, count, what="critic", default=self.devices)
+        if per_seat:
+            devices = resolve_devices(cfg.critic_devices, self.num_seats, what="critic", default=self.devices,
+                                      seats=self.seats)
+        else:
+            devices = resolve_devices(cfg.critic_devices, count, what="critic", default=self.devices)
         self.critics = load_critics(sources, devices, self.model_config, hidden_dim, cfg.gradient_checkpointing)
         self._critic_optimizers()
 
@@ -301,6 +308,9 @@ class IAC(ActorCritic):
         if cfg.peft_config is not None and not cfg.use_separate_critic:
             raise ValueError("peft_config needs use_separate_critic=True for IAC: a value head on a LoRA actor's "
                              "backbone is not supported.")
+        if not cfg.use_separate_critic and any(len(agents) > 1 for agents in self.model_agents()):
+            raise ValueError("self-play (one model in several seats) needs use_separate_critic=True for IAC: a "
+                             "value head on the shared backbone would have to value every seat at once.")
         given = self.critic_model is not None or self.critic_sources is not None
         if not cfg.use_separate_critic and given:
             raise ValueError("critics can only be provided when use_separate_critic=True: with "
@@ -317,7 +327,7 @@ class IAC(ActorCritic):
         if cfg.use_separate_critic:
             sources = resolve_sources("critic", self.critic_model, self.critic_sources, self.num_agents,
                                       broadcast_objects=True)
-            self._load_critics(sources, self.num_agents, cfg.critic_value_head_hidden_dim)
+            self._load_critics(sources, self.num_agents, cfg.critic_value_head_hidden_dim, per_seat=True)
             for i, (critic, tok) in enumerate(zip(self.critics, self.tokenizers)):
                 vocab = critic.get_input_embeddings().weight.shape[0]
                 if vocab < len(tok):
@@ -368,11 +378,13 @@ class IAC(ActorCritic):
                        old_values: torch.Tensor, targets: torch.Tensor) -> dict[str, float]:
         """One optimizer step of every actor and its critic (or shared value head) on the samples `idx`."""
         metrics: dict[str, float] = {}
-        for a in range(self.num_agents):
-            if self.args.use_separate_critic:
-                metrics.update(self.actor_step(a, rollout, idx, adv, old_logprobs))
+        if self.args.use_separate_critic:
+            for m in range(len(self.optimizers)):
+                metrics.update(self.actor_step(m, rollout, idx, adv, old_logprobs))
+            for a in range(self.num_agents):
                 metrics.update(self.critic_step(a, rollout, idx, old_values, targets))
-            else:
+        else:  # no self-play here (`_validate`): model a is agent a
+            for a in range(self.num_agents):
                 metrics.update(self.shared_step(a, rollout, idx, adv, old_logprobs, old_values, targets))
         return metrics
 
@@ -411,9 +423,10 @@ class IAC(ActorCritic):
         return metrics
 
     def _save_extra_models(self, output_dir: str) -> None:
-        """Separate critics go to `agent_{i}/critic/` (with `value_head.pt`); shared heads are saved with the agent."""
+        """Separate critics go to `agent_{seat}/critic/` (with `value_head.pt`); shared heads are saved with the
+        agent."""
         for i, critic in enumerate(self.critics):
-            save_pretrained_with_head(critic, os.path.join(output_dir, f"agent_{i}", "critic"), self.tokenizers[i])
+            save_pretrained_with_head(critic, os.path.join(output_dir, self.seat_name(i), "critic"), self.tokenizers[i])
 
 
 # ----- MAAC --------------------------------------------------------------------------------------
@@ -470,8 +483,8 @@ class MAAC(ActorCritic):
                        old_values: torch.Tensor, targets: torch.Tensor) -> dict[str, float]:
         """One optimizer step of every actor, then one of the centralized critic, on the samples `idx`."""
         metrics: dict[str, float] = {}
-        for a in range(self.num_agents):
-            metrics.update(self.actor_step(a, rollout, idx, adv, old_logprobs))
+        for m in range(len(self.optimizers)):
+            metrics.update(self.actor_step(m, rollout, idx, adv, old_logprobs))
         metrics.update(self.critic_step(0, rollout, idx, old_values, targets))
         return metrics
 

@@ -30,7 +30,7 @@ from learners.loop.data import seed_everything
 from learners.loop.learner import Learner
 from learners.loop.losses import POLICY_STATS, policy_loss, policy_stats, reference_kl  # noqa: F401 (public here)
 from learners.loop.metrics import MeanMetrics, rollout_metrics
-from learners.loop.optim import policy_step
+from learners.loop.optim import PolicyBatch, policy_step
 from learners.parallel.placement import per_agent
 from learners.rollout.samples import Rollout
 
@@ -177,6 +177,12 @@ def counterfactual_advantages(rollout: Rollout, normalize: bool = True, kl: torc
     has equal marginals, where mean mode divides ~0 by ~0, and gets ~0 here. j_{-i} holds the others'
     samples where they move and the moving fixed seats' (`Rollout.joint_fixed`); an agent not to move at a
     node gets advantage 0 there, as in `acting_advantages`.
+    Bias: the baseline averages over the K samples including the scored one, so unnormalized the expected
+    gradient is exactly (K - 1) / K of the true one (an unbiased direction, a smaller step). Normalized, the
+    direction is biased: every node's advantages get the same size whatever is at stake there, so a likely
+    partner action can outvote a large payoff; exactly over all draws, the cosine with the true gradient was
+    0.57 (K=2) and 0.83 (K=3) on a 3-action table and -1 on a 2-action one (`tests/test_counterfactual.py`).
+    Use `advantage_normalization=False` when the direction matters more than the step size.
     Example: K = 2, Q_1 = [[3, 1], [2, 0]] (row k_1, column k_2): A_1(j) = [[.5, .5], [-.5, -.5]],
     A_1(k) = [.5, -.5], std .5, normalized [1, -1]. XOR Q_1 = [[1, 0], [0, 1]]: A_1(k) = [0, 0].
     """
@@ -227,10 +233,11 @@ class MAGRPO(Learner):
     def _validate(self) -> None:
         super()._validate()
         cfg: MAGRPOConfig = self.args
-        if cfg.joint_mode == "cross" and cfg.num_generations ** self.num_agents > 4096:
+        if cfg.joint_mode == "cross" and cfg.num_generations ** self.num_seats > 4096:
             raise ValueError(
-                f"joint_mode='cross' with K={cfg.num_generations} and {self.num_agents} agents makes "
-                f"{cfg.num_generations ** self.num_agents} joint actions per node; use 'aligned'."
+                f"joint_mode='cross' with K={cfg.num_generations} and {self.num_seats} seats that move (fixed "
+                f"ones included) makes up to {cfg.num_generations ** self.num_seats} joint actions per node; use "
+                "'aligned'."
             )
 
     def step(self, roots: list) -> dict[str, float]:
@@ -259,26 +266,31 @@ class MAGRPO(Learner):
 
     def update(self, rollout: Rollout, advantages: torch.Tensor, chunks: list[torch.Tensor],
                old: list[torch.Tensor] | None) -> dict[str, float]:
-        """Every agent's optimizer steps on one rollout, one per minibatch of groups (`chunks`); returns the
-        loss, policy statistics and gradient norm of each agent, averaged over its steps."""
-        # Agents on their own accelerators update concurrently (never under torchrun: collectives stay ordered).
+        """Every model's optimizer steps on one rollout, one per minibatch of groups (`chunks`); returns the
+        loss, policy statistics and gradient norm of each agent, averaged over its steps. A model playing
+        several seats (self-play) steps once per minibatch on all its seats' samples."""
+        # Models on their own accelerators update concurrently (never under torchrun: collectives stay ordered).
         concurrent = self.engine.concurrent and not self.dist.enabled
+        groups = self.model_agents()
         metrics: dict[str, float] = {}
-        for part in per_agent(lambda a: self.update_agent(a, rollout, advantages, chunks, old), self.num_agents,
+        for part in per_agent(lambda m: self.update_model(m, rollout, advantages, chunks, old), len(groups),
                               concurrent):
             metrics.update(part)
         return metrics
 
-    def update_agent(self, a: int, rollout: Rollout, advantages: torch.Tensor, chunks: list[torch.Tensor],
+    def update_model(self, m: int, rollout: Rollout, advantages: torch.Tensor, chunks: list[torch.Tensor],
                      old: list[torch.Tensor] | None) -> dict[str, float]:
-        """Agent `a`'s optimizer steps on the minibatches `chunks` (sample rows) of `rollout`; an empty one
-        (torchrun: this rank has no groups left) joins the other ranks' step with zero gradients."""
+        """Model `m`'s optimizer steps on the minibatches `chunks` (sample rows) of `rollout`, each on the rows
+        of every agent it plays; an empty one (torchrun: this rank has no groups left) joins the other ranks'
+        step with zero gradients. Its metrics are logged under each of its agents."""
+        agents = self.model_agents()[m]
         means = MeanMetrics()
         for idx in chunks:
-            means.add(policy_step(self.agents[a], self.optimizers[a], rollout.samples[a], rollout.acting(a, idx),
-                                  advantages[a], None if old is None else old[a], self.args, self.dist,
-                                  temperature=self.args.logprob_temperature_of(self.seats[a])))
-        return {f"train/agent_{a}/{name}": value for name, value in means.means().items()}
+            parts = [PolicyBatch(rollout.samples[a], rollout.acting(a, idx), advantages[a],
+                                 None if old is None else old[a], self.args.logprob_temperature_of(self.seats[a]))
+                     for a in agents]
+            means.add(policy_step(self.agents[agents[0]], self.optimizers[m], parts, self.args, self.dist))
+        return {f"train/agent_{a}/{name}": value for a in agents for name, value in means.means().items()}
 
 
 MAGRPOTrainer = MAGRPO

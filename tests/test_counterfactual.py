@@ -3,6 +3,8 @@ grid reference on scripted cross rollouts (several turns, turn-taking, a fixed s
 
 from __future__ import annotations
 
+import dataclasses
+import itertools
 import math
 import random
 
@@ -265,3 +267,51 @@ def test_magrpo_trains_with_counterfactual_advantages(tiny_dir):
     assert advantages.shape == (2, 4) and torch.isfinite(advantages).all()
     assert math.isfinite(metrics["train/agent_0/loss"])
     assert all(not torch.equal(b, next(a.parameters())) for b, a in zip(before, learner.agents))
+
+
+# ----- the expected gradient, exactly over every draw -------------------------------------------------
+
+
+TWO_ACTIONS = dict(Q=[[1.0, 0.2], [0.0, 0.7]], logits1=[0.3, -0.2], logits2=[-0.1, 0.4])
+THREE_ACTIONS = dict(Q=[[1.0, 0.2, 0.5], [0.0, 0.7, 0.1], [0.4, 0.3, 0.9]], logits1=[0.3, -0.2, 0.1],
+                     logits2=[-0.1, 0.4, 0.0])
+
+
+def expected_gradients(K: int, Q: list, logits1: list, logits2: list) -> tuple[dict[bool, torch.Tensor], torch.Tensor]:
+    """Agent 1's expected counterfactual policy gradient w.r.t. its logits, exactly over every draw of both
+    agents' K samples (softmax policies), unnormalized and normalized; and the true gradient of E[Q]."""
+    Q = torch.tensor(Q, dtype=torch.float64)
+    n = Q.shape[0]
+    p1, p2 = torch.tensor(logits1).double().softmax(0), torch.tensor(logits2).double().softmax(0)
+    eye = torch.eye(n, dtype=torch.float64)
+    env = Table([[0] * K] * K)
+    env.reset(seed=0)
+    base = Scripted().collect([env], num_generations=K, rollout_mode="tree", joint_mode="cross")
+    rows = base.joint_rows
+    true = sum(p1[a] * p2[b] * Q[a, b] * (eye[a] - p1) for a in range(n) for b in range(n))
+    expected = {False: torch.zeros(n, dtype=torch.float64), True: torch.zeros(n, dtype=torch.float64)}
+    for d1 in itertools.product(range(n), repeat=K):
+        for d2 in itertools.product(range(n), repeat=K):
+            prob = torch.prod(p1[list(d1)]) * torch.prod(p2[list(d2)])
+            q = Q[torch.tensor(d1)[rows[:, 0]], torch.tensor(d2)[rows[:, 1]]]
+            rollout = dataclasses.replace(base, joint_returns=q[:, None].expand(-1, 2).float())
+            for normalize in (False, True):
+                adv = counterfactual_advantages(rollout, normalize=normalize)[0].double()
+                expected[normalize] += prob * (adv[:, None] * (eye[list(d1)] - p1)).sum(0) / K
+    return expected, true
+
+
+@pytest.mark.parametrize("K", [2, 3])
+@pytest.mark.parametrize("game", [TWO_ACTIONS, THREE_ACTIONS], ids=["2 actions", "3 actions"])
+def test_expected_gradient_is_k_minus_1_over_k_of_the_true_one_and_normalizing_turns_it(K, game):
+    """The baseline averages over the K samples including the scored one, so unnormalized the expected
+    gradient is exactly (K - 1) / K of the true one; normalized (the default) its direction turns, here even
+    reverses with two actions: every node votes with the same size whatever is at stake in it, so the more
+    likely partner action wins over the larger payoff (figures in docs/DESIGN.md, "Counterfactual credit")."""
+    expected, true = expected_gradients(K, **game)
+    assert torch.allclose(expected[False], (K - 1) / K * true, atol=1e-9)
+    cosine = float(expected[True] @ true / (expected[True].norm() * true.norm()))
+    print(f"K={K}, {len(game['Q'])} actions: normalized cosine with the true gradient {cosine:.4f}")
+    assert cosine < 0.99
+    if len(game["Q"]) == 2:
+        assert cosine == pytest.approx(-1.0)

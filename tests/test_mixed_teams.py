@@ -186,7 +186,7 @@ def test_a_frozen_copy_samples_but_stays_as_it_was(tiny_dir):
     assert any(not torch.equal(start[k], v) for k, v in model.state_dict().items())
     assert frozen.engine.settings.temperature == 0.7
     assert learner.logger.run_config["fixed_seats"]["agent_1"] == {"policy": "frozen", "model": tiny_dir,
-                                                                   "temperature": 0.7}
+                                                                   "weights_match_source": True, "temperature": 0.7}
     texts = [row[1] for row, t in zip(learner.last_rollout.joint_actions, learner.last_rollout.turn.tolist()) if t == 1]
     assert texts and all(isinstance(t, str) for t in texts)
 

@@ -175,17 +175,18 @@ def load_checkpoint(path: str | os.PathLike, state: TrainingState) -> dict[str, 
     `{"progress": {epoch, batch_in_epoch, rollouts_done, env_steps}, "run_id", "sequence", "wandb"}`.
     `state.data` must be the data fingerprint at the saved epoch (`resume_checkpoint` builds it so).
     """
-    return resume_checkpoint(path, lambda epoch: state)
+    return resume_checkpoint(path, lambda saved: state)
 
 
-def resume_checkpoint(path: str | os.PathLike, state_at: Callable[[int], TrainingState]) -> dict[str, Any]:
-    """Resume in one pass: read `path`'s metadata, take the learner's `state_at(saved epoch)` (its data
-    order is fingerprinted at that epoch), validate every file against it, then apply (as `load_checkpoint`)."""
+def resume_checkpoint(path: str | os.PathLike, state_for: Callable[[dict[str, Any]], TrainingState]) -> dict[str, Any]:
+    """Resume in one pass: read `path`'s metadata (`state.json`), take the learner's `state_for(metadata)`
+    (its data order fingerprinted at the saved epoch, its modules under the saved names), validate every
+    file against it, then apply (as `load_checkpoint`)."""
     path = _expand(path)
     if not os.path.isdir(path):
         raise CheckpointError(f"{path!r} is not a checkpoint directory.")
     saved = _read_state(path)
-    state = state_at(saved["progress"]["epoch"])
+    state = state_for(saved)
     _check_compatible(path, saved, state)
     tensors = _read_weights(path, saved, state.modules)
     optim = _load_pt(path, "optim.pt")

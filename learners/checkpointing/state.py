@@ -17,7 +17,8 @@ import torch
 
 from learners.parallel.distributed import Distributed
 
-__all__ = ["StateHooks", "Stateful", "TrainingState", "config_defaults", "find_stateful", "qualified_name"]
+__all__ = ["StateHooks", "Stateful", "TrainingState", "config_defaults", "find_stateful", "modules_as_saved",
+           "qualified_name"]
 
 
 @runtime_checkable
@@ -132,3 +133,10 @@ def qualified_name(cls: type) -> str:
     """`module.qualname` of a class."""
     return f"{cls.__module__}.{cls.__qualname__}"
 
+
+def modules_as_saved(modules: dict[str, torch.nn.Module], saved: set[str],
+                     old_names: dict[str, str]) -> dict[str, torch.nn.Module]:
+    """`modules` under the names a checkpoint saved them (`saved`): as they are, or renamed by `old_names`
+    (current name -> an older version's name) when the checkpoint has exactly the old names."""
+    renamed = {old_names.get(name, name): module for name, module in modules.items()}
+    return renamed if set(modules) != saved and set(renamed) == saved else modules

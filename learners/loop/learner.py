@@ -36,32 +36,39 @@ from comlrl_env import TextParallelEnv
 from learners.checkpointing.checkpoint import resume_checkpoint, save_checkpoint
 from learners.checkpointing.fingerprints import data_fingerprint
 from learners.checkpointing.manager import CheckpointManager
-from learners.checkpointing.state import StateHooks, TrainingState, config_defaults, find_stateful, qualified_name
+from learners.checkpointing.state import (
+    StateHooks,
+    TrainingState,
+    config_defaults,
+    find_stateful,
+    modules_as_saved,
+    qualified_name,
+)
 from learners.loop import data
 from learners.loop.config import LearnerConfig
 from learners.loop.evaluation import evaluate
 from learners.loop.logger import RunLogger
-from learners.loop.metrics import completion_rows
-from learners.loop.optim import adamw
+from learners.loop.metrics import completion_rows, warn_if_no_signal
+from learners.loop.optim import adamw, lr_schedule
 from learners.models.agents import (
     agent_count,
+    agents_by_model,
     enable_gradient_checkpointing,
     load_agents,
+    model_groups,
     model_name,
     save_pretrained_with_head,
 )
 from learners.models.fixed import Frozen, split_seats
 from learners.models.lora import attach_adapters
 from learners.parallel.distributed import Distributed
-from learners.parallel.placement import resolve_devices
+from learners.parallel.placement import check_shared_devices, resolve_devices
 from learners.rollout import Rollout, RolloutEngine
 from learners.rollout.scoring import sampled_logprobs
 
 __all__ = ["Learner", "LearnerConfig"]
 
 LIBRARY_VERSION = comlrl_env.__version__
-NO_SIGNAL_ROLLOUTS = 5
-"""Rollouts in a row without any reward spread in a group before `learn()` warns that nothing is learned."""
 
 
 class Learner(abc.ABC):
@@ -107,6 +114,7 @@ class Learner(abc.ABC):
             raise ValueError("eval_logger and eval_aggregator work together: pass both or neither.")
         count = agent_count(num_agents, agents, cfg.num_agents)  # seats, fixed ones included
         cfg.check_per_agent(count)  # per-agent sampling values: one per seat
+        given_tokenizer = tokenizer  # one for every seat, or one per seat: a Frozen seat without its own uses it
         agents, self.fixed, tokenizer = split_seats(agents, tokenizer)
         self.dist = Distributed.from_env()
         task = dict(reward_func=reward_func, num_agents=count, formatters=formatters, transition=external_transition,
@@ -126,14 +134,17 @@ class Learner(abc.ABC):
         self.num_seats = count
         self.num_agents = count - len(self.fixed)  # the trained agents
         self.seats = [s for s in range(count) if s not in self.fixed]  # the seat each trained agent plays
+        self.model_index = model_groups(agents, self.num_agents)  # agent -> its model (self-play: shared)
         count = self.num_agents
         self.reward_func = reward_func
         self.callbacks = list(callbacks or [])
         self.eval_logger, self.eval_aggregator = eval_logger, eval_aggregator
-        self.devices = resolve_devices(cfg.agent_devices, count, local_rank=self.dist.local_rank,
-                                       parallel_training=cfg.parallel_training)
+        seat_devices = resolve_devices(cfg.agent_devices, self.num_seats, local_rank=self.dist.local_rank,
+                                       parallel_training=cfg.parallel_training)  # one per seat, fixed ones too
+        self.devices = [seat_devices[s] for s in self.seats]
         self.model_config = dict(model_config or {})
         self.critic_model, self.critic_sources = critic_model, critics
+        check_shared_devices(self.devices, self.model_agents(), [self.env.possible_agents[s] for s in self.seats])
         self._validate()
 
         # With LoRA, homogeneous agents load one base model that all their adapters share.
@@ -147,24 +158,31 @@ class Learner(abc.ABC):
             self.agents, self.tokenizers = self.agents * count, self.tokenizers * count
         if cfg.peft_config is not None:
             data.seed_everything(cfg.seed)  # adapters start identical across runs and ranks
-            self.agents = attach_adapters(self.agents, cfg.peft_config, cfg.merge_adapters_on_save)
+            self.agents = attach_adapters(self.agents, cfg.peft_config, cfg.merge_adapters_on_save, self.model_index)
         self.agent_names = [model_name(a) for a in (agents if agents is not None else [agent_model] * count)]
-        for model, device in zip(self.agents, self.devices):
-            model.to(device)
+        for first, *_ in self.model_agents():
+            self.agents[first].to(self.devices[first])
             if cfg.gradient_checkpointing:
-                enable_gradient_checkpointing(model)
-        self.reference_models: list[torch.nn.Module] = []  # frozen copies of the agents as loaded
+                enable_gradient_checkpointing(self.agents[first])
+        self.reference_models: list[torch.nn.Module] = []  # frozen copies of the agents as loaded, per agent
         if cfg.reference_kl_enabled:
-            devices = resolve_devices(cfg.reference_devices, count, what="reference", default=self.devices)
-            self.reference_models = [copy.deepcopy(m).to(d).eval().requires_grad_(False)
-                                     for m, d in zip(self.agents, devices)]
+            devices = resolve_devices(cfg.reference_devices, self.num_seats, what="reference", default=self.devices,
+                                      seats=self.seats)
+            copies = [copy.deepcopy(self.agents[a[0]]).to(devices[a[0]]).eval().requires_grad_(False)
+                      for a in self.model_agents()]
+            self.reference_models = [copies[m] for m in self.model_index]
         self.schedule_epochs: int | None = None  # LR schedule length; None: num_train_epochs (MARLHFIter: the run's)
         self._setup_models()
         for seat, policy in self.fixed.items():
             if isinstance(policy, Frozen):
-                policy.prepare(cfg.generation_settings().for_agent(seat), self.devices[0], self.model_config)
+                per_seat = isinstance(given_tokenizer, (list, tuple))
+                policy.prepare(cfg.generation_settings().for_agent(seat), seat_devices[seat], self.model_config,
+                               given_tokenizer[seat] if per_seat and len(given_tokenizer) == self.num_seats
+                               else None if per_seat else given_tokenizer)
         self.engine = RolloutEngine(self.agents, self.tokenizers, cfg.generation_settings(), self.fixed)
-        self.optimizers = [adamw(m.parameters(), cfg.agent_learning_rate, cfg.weight_decay) for m in self.agents]
+        # One optimizer and schedule per model: a model in several seats (self-play) steps once per minibatch.
+        self.optimizers = [adamw(self.agents[a[0]].parameters(), cfg.agent_learning_rate, cfg.weight_decay)
+                           for a in self.model_agents()]
         self.schedulers = [self._scheduler(o) for o in self.optimizers]
         self.relabel: Callable[[Rollout], Rollout] | None = None  # MARLHF: its reward model's scores as rewards
         self.wrapper: Any = None  # a learner driving this one (MARLHF): its state joins checkpoints
@@ -194,6 +212,10 @@ class Learner(abc.ABC):
 
     def _setup_models(self) -> None:
         """Attach heads, load critics and their optimizers (runs after the agents load)."""
+
+    def model_agents(self) -> list[list[int]]:
+        """The trained agents of each model (`agents_by_model`); model m's optimizer is `optimizers[m]`."""
+        return agents_by_model(self.model_index)
 
     @abc.abstractmethod
     def step(self, roots: list[TextParallelEnv]) -> dict[str, float]:
@@ -259,7 +281,7 @@ class Learner(abc.ABC):
                     logged = metrics if self.rollouts_done % cfg.logging_steps == 0 else {}
                     self.logger.log(logged, self.env_steps, advance=1)
                     last = metrics
-                    self._warn_if_no_signal(metrics)
+                    self.flat_rollouts = warn_if_no_signal(metrics, self.flat_rollouts)
                     self._callback("on_step_end", metrics)
                     if cfg.eval_interval and self.rollouts_done % cfg.eval_interval == 0:
                         evaluation = self.evaluate()
@@ -274,18 +296,6 @@ class Learner(abc.ABC):
         finally:
             self.logger.close()
         return {**last, **evaluation}
-
-    def _warn_if_no_signal(self, metrics: dict[str, float]) -> None:
-        """Warn once when every group's samples scored the same for `NO_SIGNAL_ROLLOUTS` rollouts in a row:
-        their advantages are all 0 and the agents do not learn (a sparse reward that nothing reaches yet)."""
-        flat = metrics.get("train/frac_reward_zero_std") == 1.0
-        self.flat_rollouts = self.flat_rollouts + 1 if flat else 0
-        if self.flat_rollouts == NO_SIGNAL_ROLLOUTS:
-            warnings.warn(
-                f"for {NO_SIGNAL_ROLLOUTS} rollouts in a row every group's samples got the same return, so the "
-                "reward told no answer from another (group-relative advantages were all 0; metric "
-                "train/frac_reward_zero_std = 1). A sparse reward the agents never reach gives no signal: use a "
-                "denser reward, more num_generations, or a higher temperature.", stacklevel=3)
 
     def train(self, *args: Any, **kwargs: Any) -> dict[str, float]:
         """Alias of `learn()` (the seed system's name)."""
@@ -314,23 +324,18 @@ class Learner(abc.ABC):
     # ----- export ---------------------------------------------------------------
 
     def save_model(self, output_dir: str) -> None:
-        """Write `output_dir/agent_{i}/` (model + tokenizer, loadable by the Auto classes) and `comlrl_env.json`."""
+        """Write `output_dir/agent_{seat}/` for every trained seat (model + tokenizer, loadable by the Auto
+        classes; a self-play model under each of its seats) and `comlrl_env.json`."""
         if not self.dist.is_main:  # weights are identical on every rank: rank 0 writes them
             self.dist.barrier()
             return
         os.makedirs(output_dir, exist_ok=True)
-        for i, (model, tok) in enumerate(zip(self.agents, self.tokenizers)):
-            save_pretrained_with_head(model, os.path.join(output_dir, f"agent_{i}"), tok)
+        for a, (model, tok) in enumerate(zip(self.agents, self.tokenizers)):
+            save_pretrained_with_head(model, os.path.join(output_dir, self.seat_name(a)), tok)
         self._save_extra_models(output_dir)
-        manifest = {
-            "learner": type(self).__name__,
-            "library_version": LIBRARY_VERSION,
-            "num_agents": self.num_agents,
-            "agent_sources": self.agent_names,
-            **self._seat_record(),
-            "env_num_turns": self.env.num_turns,
-            "config": dataclasses.asdict(self.args),
-        }
+        manifest = {"learner": type(self).__name__, "library_version": LIBRARY_VERSION, "num_agents": self.num_agents,
+                    "agent_sources": self.agent_names, **self._seat_record(), "env_num_turns": self.env.num_turns,
+                    "config": dataclasses.asdict(self.args)}
         with open(os.path.join(output_dir, "comlrl_env.json"), "w", encoding="utf-8") as f:
             json.dump(manifest, f, indent=2, default=str)
         self.dist.barrier()
@@ -370,7 +375,7 @@ class Learner(abc.ABC):
 
     def load_checkpoint(self, path: str) -> dict[str, Any]:
         """Restore the full training state from `path`; returns the progress counters."""
-        restored = resume_checkpoint(path, lambda epoch: self.training_state(epoch=epoch))
+        restored = resume_checkpoint(path, self._state_to_resume)
         progress = restored["progress"]
         self.epoch, self.batch_in_epoch = progress["epoch"], progress["batch_in_epoch"]
         self.rollouts_done, self.env_steps = progress["rollouts_done"], progress["env_steps"]
@@ -379,10 +384,27 @@ class Learner(abc.ABC):
         self.wandb_identity = restored["wandb"]
         return progress
 
+    def _state_to_resume(self, saved: dict[str, Any]) -> TrainingState:
+        """The training state at the checkpoint's epoch (its data-order fingerprint depends on it), its modules
+        under the saved names: by seat, or by trained-agent index in checkpoints from before seat names."""
+        state = self.training_state(epoch=saved["progress"]["epoch"])
+        by_index = {f"{kind}_{self.seats[a]}": f"{kind}_{a}" for a in range(self.num_agents)
+                    for kind in ("agent", "reference")}
+        state.modules = modules_as_saved(state.modules, set(saved["shapes"]), by_index)
+        return state
+
+    def seat_name(self, a: int) -> str:
+        """`agent_{seat}`: the name trained agent `a` is saved under (export dirs, checkpoint modules), by the
+        seat it plays, so `agent_1/` is always the policy that played seat 1."""
+        return f"agent_{self.seats[a]}"
+
     def checkpoint_modules(self) -> dict[str, torch.nn.Module]:
-        """Every trained module by a stable name (learners with critics or heads add theirs)."""
-        modules = {f"agent_{i}": m for i, m in enumerate(self.agents)}
-        modules.update({f"reference_{i}": m for i, m in enumerate(self.reference_models)})
+        """Every trained module by a stable name: each model under its first seat (`agent_{seat}`), its
+        frozen reference copy (`reference_{seat}`); learners with critics or heads add theirs."""
+        firsts = [agents[0] for agents in self.model_agents()]
+        modules = {self.seat_name(a): self.agents[a] for a in firsts}
+        if self.reference_models:
+            modules.update({f"reference_{self.seats[a]}": self.reference_models[a] for a in firsts})
         if self.wrapper is not None:
             modules.update(self.wrapper.checkpoint_modules())
         return modules
@@ -449,26 +471,11 @@ class Learner(abc.ABC):
         return torch.autocast(self.devices[0].type, dtype=torch.bfloat16, enabled=self.args.mixed_precision == "bf16")
 
     def _scheduler(self, optimizer: torch.optim.Optimizer) -> torch.optim.lr_scheduler.LambdaLR:
-        """Warm-up, then constant, linear or cosine decay over `schedule_epochs` (else `num_train_epochs`) epochs.
-
-        The length is read at every step, not fixed here: a resume that raises `num_train_epochs`, and
-        MARLHFIter, which raises it every iteration, keep one schedule that spans the whole run.
-        """
-        cfg = self.args
-        per_epoch = self.batches_per_epoch
-
-        def factor(step: int) -> float:
-            total = max((self.schedule_epochs or cfg.num_train_epochs) * per_epoch, 1)
-            if step < cfg.warmup_steps:
-                return (step + 1) / (cfg.warmup_steps + 1)
-            progress = min((step - cfg.warmup_steps) / max(total - cfg.warmup_steps, 1), 1.0)
-            if cfg.lr_scheduler_type == "linear":
-                return 1.0 - progress
-            if cfg.lr_scheduler_type == "cosine":
-                return 0.5 * (1.0 + math.cos(math.pi * progress))
-            return 1.0
-
-        return torch.optim.lr_scheduler.LambdaLR(optimizer, factor)
+        """`lr_schedule` over `schedule_epochs` (else `num_train_epochs`) epochs, a length read at every step:
+        a resume that raises `num_train_epochs`, and MARLHFIter, keep one schedule over the whole run."""
+        per_epoch, cfg = self.batches_per_epoch, self.args
+        return lr_schedule(optimizer, cfg.lr_scheduler_type, cfg.warmup_steps,
+                           lambda: (self.schedule_epochs or cfg.num_train_epochs) * per_epoch)
 
     def _callback(self, event: str, *args: Any) -> None:
         for cb in self.callbacks:

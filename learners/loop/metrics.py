@@ -6,6 +6,7 @@ Metric names: `train/*` (rewards, returns, advantages, losses, policy diagnostic
 
 from __future__ import annotations
 
+import warnings
 from typing import Mapping
 
 import torch
@@ -87,3 +88,20 @@ def completion_rows(rollout: Rollout, limit: int = 4) -> list[dict]:
     agent's completion and reward."""
     return [{"state": rollout.states[s], "completions": [batch.completions[s] for batch in rollout.samples],
              "rewards": rollout.rewards[:, s].tolist()} for s in range(min(limit, rollout.num_samples))]
+
+
+NO_SIGNAL_ROLLOUTS = 5
+"""Rollouts in a row without any reward spread in a group before `learn()` warns that nothing is learned."""
+
+
+def warn_if_no_signal(metrics: Mapping[str, float], flat_rollouts: int) -> int:
+    """Count the rollouts in a row in which every group's samples scored the same (`train/frac_reward_zero_std`
+    = 1: all group-relative advantages 0, nothing learned), warn once at `NO_SIGNAL_ROLLOUTS`; return the count."""
+    flat_rollouts = flat_rollouts + 1 if metrics.get("train/frac_reward_zero_std") == 1.0 else 0
+    if flat_rollouts == NO_SIGNAL_ROLLOUTS:
+        warnings.warn(
+            f"for {NO_SIGNAL_ROLLOUTS} rollouts in a row every group's samples got the same return, so the "
+            "reward told no answer from another (group-relative advantages were all 0; metric "
+            "train/frac_reward_zero_std = 1). A sparse reward the agents never reach gives no signal: use a "
+            "denser reward, more num_generations, or a higher temperature.", stacklevel=3)
+    return flat_rollouts

@@ -13,15 +13,16 @@ minibatch mean, clips and steps. `adamw` builds every optimizer.
 
 from __future__ import annotations
 
+import dataclasses
 import math
-from typing import Any, Callable
+from typing import Any, Callable, Sequence
 
 import torch
 
 from learners.loop.losses import POLICY_STATS, policy_terms
 from learners.rollout.scoring import completion_logprobs
 
-__all__ = ["accumulate_gradients", "adamw", "clip_grad", "gradient_step", "policy_step"]
+__all__ = ["PolicyBatch", "accumulate_gradients", "adamw", "clip_grad", "gradient_step", "lr_schedule", "policy_step"]
 
 LossTerms = torch.Tensor | tuple[torch.Tensor, ...]
 """What a micro-batch loss function returns: the loss to backward, or a tuple of it and terms only logged."""
@@ -35,6 +36,28 @@ def adamw(params: Any, lr: float, weight_decay: float = 0.01) -> torch.optim.Ada
     optimizer = torch.optim.AdamW(trainable, lr=lr, weight_decay=weight_decay, fused=fused or None)
     optimizer.register_load_state_dict_pre_hook(_keep_own_kernel)
     return optimizer
+
+
+def lr_schedule(optimizer: torch.optim.Optimizer, kind: str, warmup_steps: int,
+                total_steps: Callable[[], int]) -> torch.optim.lr_scheduler.LambdaLR:
+    """Linear warm-up over `warmup_steps` steps, then `kind`: constant, linear or cosine decay to 0 at
+    `total_steps()` (read at every step, so a run whose length grows keeps one schedule):
+
+        f(t) = (t + 1) / (w + 1) for t < w;  else with p = min((t - w) / max(T - w, 1), 1):
+        constant 1, linear 1 - p, cosine (1 + cos(pi p)) / 2.
+    """
+    def factor(step: int) -> float:
+        total = max(total_steps(), 1)
+        if step < warmup_steps:
+            return (step + 1) / (warmup_steps + 1)
+        progress = min((step - warmup_steps) / max(total - warmup_steps, 1), 1.0)
+        if kind == "linear":
+            return 1.0 - progress
+        if kind == "cosine":
+            return 0.5 * (1.0 + math.cos(math.pi * progress))
+        return 1.0
+
+    return torch.optim.lr_scheduler.LambdaLR(optimizer, factor)
 
 
 def _keep_own_kernel(optimizer: torch.optim.Optimizer, state_dict: dict[str, Any]) -> dict[str, Any]:
@@ -101,23 +124,47 @@ def clip_grad(model: torch.nn.Module, max_norm: float | None) -> float:
     return float(norm)
 
 
-def policy_step(model: torch.nn.Module, optimizer: torch.optim.Optimizer, samples: Any, idx: torch.Tensor,
-                advantages: torch.Tensor, old_logprobs: torch.Tensor | None, cfg: Any, dist: Any = None, *,
-                temperature: float) -> dict[str, float]:
-    """One optimizer step of a policy on the rows `idx` of its `samples` (a `SampleBatch`): the clipped
-    policy loss of `learners.loop.losses.policy_terms` with `advantages` `(S,)` and `old_logprobs` `(S, T)` (None:
-    ratio 1), tokens scored under softmax(z / `temperature`) (the agent's `logprob_temperature_of`). `cfg`
-    gives the loss and step settings. Returns the loss, the `POLICY_STATS`, the gradient norm and the learning
-    rate (MAGRPO, IAC and MAAC actors all step here)."""
-    def loss_fn(micro: torch.Tensor) -> tuple[torch.Tensor, ...]:
-        batch = samples.select(micro)
-        logprobs = completion_logprobs(model, batch, temperature)
-        old = None if old_logprobs is None else old_logprobs[micro]
-        return policy_terms(logprobs, old, advantages[micro], batch.completion_mask, cfg.clip_range,
-                            cfg.length_normalization)
+@dataclasses.dataclass
+class PolicyBatch:
+    """One seat's share of a policy step: the rows `idx` of its `samples` (a `SampleBatch`) with their
+    `advantages` `(S,)`, the sampling policy's `old_logprobs` `(S, T)` (None: ratio 1, the first step on
+    a rollout) and the `temperature` its tokens are scored at (the seat's `logprob_temperature_of`)."""
 
+    samples: Any
+    idx: torch.Tensor
+    advantages: torch.Tensor
+    old_logprobs: torch.Tensor | None
+    temperature: float
+
+
+def policy_step(model: torch.nn.Module, optimizer: torch.optim.Optimizer, parts: Sequence[PolicyBatch], cfg: Any,
+                dist: Any = None) -> dict[str, float]:
+    """One optimizer step of a policy on the rows of every seat it plays (`parts`; one part for a model in one
+    seat, one per seat under self-play): the clipped policy loss of `learners.loop.losses.policy_terms`,
+
+        L = sum_p |idx_p| / N * L_p,   N = sum_p |idx_p|,
+
+    the mean over all N rows, so a model in two seats steps like one seat on the pooled rows (the same
+    effective learning rate). Each part's ratio is against the log-probs of the weights that sampled it.
+    `cfg` gives the loss and step settings. Returns the loss, the `POLICY_STATS` (row-weighted over the
+    parts), the gradient norm and the learning rate (MAGRPO, IAC and MAAC actors all step here)."""
+    total = sum(len(part.idx) for part in parts)
     optimizer.zero_grad(set_to_none=True)
-    terms = accumulate_gradients(idx, loss_fn, cfg.gradient_accumulation_steps)  # forward + backward
-    grad_norm = gradient_step(model, optimizer, len(idx), cfg.max_grad_norm, dist)
+    terms: tuple[float, ...] = ()
+    for part in parts:
+        if not len(part.idx):
+            continue
+        share = len(part.idx) / total
+
+        def loss_fn(micro: torch.Tensor, part: PolicyBatch = part, share: float = share) -> tuple[torch.Tensor, ...]:
+            batch = part.samples.select(micro)
+            logprobs = completion_logprobs(model, batch, part.temperature)
+            old = None if part.old_logprobs is None else part.old_logprobs[micro]
+            return tuple(share * t for t in policy_terms(logprobs, old, part.advantages[micro], batch.completion_mask,
+                                                         cfg.clip_range, cfg.length_normalization))
+
+        got = accumulate_gradients(part.idx, loss_fn, cfg.gradient_accumulation_steps)  # forward + backward
+        terms = tuple(a + b for a, b in zip(terms, got)) if terms else got
+    grad_norm = gradient_step(model, optimizer, total, cfg.max_grad_norm, dist)
     return {"grad_norm": grad_norm, "learning_rate": optimizer.param_groups[0]["lr"],
             **dict(zip(("loss", *POLICY_STATS), terms))}

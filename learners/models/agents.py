@@ -3,7 +3,8 @@
 - Homogeneous: `agent_model` (a hub id or local dir) and `num_agents`: each agent
   gets its own copy of the weights.
 - Heterogeneous: `agents`, a list of ids, local dirs or loaded models (the same
-  object twice means shared parameters, each agent keeping its own optimizer).
+  object in several seats is self-play: one model, one optimizer, one update from
+  all its seats' samples; `model_groups`).
 - Both: every name in `agents` must equal `agent_model`, and the list must have
   one entry per agent.
 - Tokenizers load from ids and dirs; loaded model objects need `tokenizer`
@@ -23,8 +24,9 @@ from typing import Any, Iterator, Sequence
 import torch
 from transformers import AutoModelForCausalLM, AutoTokenizer, PreTrainedModel, PreTrainedTokenizerBase
 
-__all__ = ["agent_count", "check_model_path", "convert_gguf", "enable_gradient_checkpointing", "hub_progress_hidden",
-           "load_agents", "load_causal_lm", "model_name", "prepare_tokenizer", "save_pretrained_with_head"]
+__all__ = ["agent_count", "agents_by_model", "check_model_path", "convert_gguf", "enable_gradient_checkpointing",
+           "hub_progress_hidden", "load_agents", "load_causal_lm", "model_groups", "model_name", "prepare_tokenizer",
+           "save_pretrained_with_head", "weights_match"]
 
 _MODEL_CONFIG_KEYS = {"dtype", "torch_dtype", "attn_implementation", "model_kwargs", "special_tokens",
                       "critic_model_kwargs", "critic_value_head_hidden_dim"}
@@ -271,3 +273,45 @@ def save_pretrained_with_head(model: torch.nn.Module, path: str, tokenizer: Any 
             torch.save(head.state_dict(), os.path.join(path, "value_head.pt"))
     if tokenizer is not None:
         tokenizer.save_pretrained(path)
+
+
+def model_groups(sources: Sequence[Any] | None, count: int) -> list[int]:
+    """Which model each of the `count` trained agents is: agent a uses model `model_groups(...)[a]`, numbered in
+    order of first use. Agents given the same loaded model object share one model (self-play: one set of
+    parameters, one adapter, one optimizer); ids and dirs, even equal ones, load independent copies.
+    Example: [m, "dir", m] -> [0, 1, 0]."""
+    if sources is None:
+        return list(range(count))
+    first: dict[int, int] = {}
+    out = []
+    for a, source in enumerate(sources):
+        key = id(source) if isinstance(source, torch.nn.Module) else -1 - a
+        out.append(first.setdefault(key, len(first)))
+    return out
+
+
+def agents_by_model(model_index: Sequence[int]) -> list[list[int]]:
+    """The agents of each model, in model order: [0, 1, 0] -> [[0, 2], [1]]."""
+    out: list[list[int]] = [[] for _ in range(max(model_index, default=-1) + 1)]
+    for a, m in enumerate(model_index):
+        out[m].append(a)
+    return out
+
+
+def weights_match(model: torch.nn.Module, source: Any) -> bool | None:
+    """Whether `model`'s weights still equal the safetensors files of the local dir `source` (its name or
+    path): True or False, or None when there is no such dir to compare with (a hub id, a model built in memory).
+    """
+    path = os.path.expanduser(os.fspath(source)) if isinstance(source, (str, os.PathLike)) else None
+    files = sorted(f for f in os.listdir(path) if f.endswith(".safetensors")) if path and os.path.isdir(path) else []
+    if not files:
+        return None
+    from safetensors.torch import load_file
+
+    saved: dict[str, torch.Tensor] = {}
+    for name in files:
+        saved.update(load_file(os.path.join(path, name)))
+    own = model.state_dict()
+    if not set(saved) <= set(own):
+        return False
+    return all(torch.equal(own[k].detach().cpu(), v.to(own[k].dtype)) for k, v in saved.items())

@@ -6,14 +6,17 @@ loaded model is a trainable agent; anything else is a fixed policy (`comlrl_env.
     from comlrl_env.openspiel import OpenSpielBot
     from learners import MAGRPO, Frozen
 
-    MAGRPO(env="openspiel/kuhn_poker-v0", agents=["path/to/model", OpenSpielBot("random")], ...)  # vs a bot
-    MAGRPO(env="openspiel/kuhn_poker-v0", agents=[model, Frozen(model)], tokenizer=tok, ...)     # vs a frozen self
-    MAGRPO(env="openspiel/kuhn_poker-v0", agents=[model, model], tokenizer=tok, ...)             # self-play
+    MAGRPO(env="openspiel/kuhn_poker-v0", agents=[model_dir, OpenSpielBot("random")])      # vs a bot
+    MAGRPO(env="openspiel/kuhn_poker-v0", agents=[model, Frozen(model)], tokenizer=tok)   # vs a frozen self
+    MAGRPO(env="openspiel/kuhn_poker-v0", agents=[model, model], tokenizer=tok)           # self-play
+
+(`model_dir`: an id or local dir; `model`, `tok`: a loaded causal LM and its tokenizer.)
 
 Fixed seats act where they are to move and are never optimized, checkpointed or exported; the run
 records them (`fixed_seats` in the logged config and in `save_model`'s `comlrl_env.json`). The same
-model object in several seats shares its parameters (self-play), each seat with its own optimizer,
-as for any heterogeneous team.
+model object in several seats is self-play: one set of parameters (one LoRA adapter), one optimizer, and
+one update per rollout from all its seats' samples. Saved agents are named by seat: `agent_1/` is the
+policy that played `agent_1`, whatever plays the seats before it.
 """
 
 from __future__ import annotations
@@ -27,7 +30,7 @@ import torch
 
 from comlrl_env.base import AgentID, TextParallelEnv
 from comlrl_env.policies import FixedPolicy, as_fixed_policy
-from learners.models.agents import load_agents, model_name
+from learners.models.agents import load_agents, model_name, weights_match
 from learners.rollout.engine import RolloutEngine
 from learners.rollout.settings import GenerationSettings
 
@@ -42,8 +45,12 @@ class Frozen(FixedPolicy):
 
     Args:
         model: A hub id, a local dir or a loaded causal LM.
-        tokenizer: Its tokenizer (needed for a loaded model; loaded from an id or dir otherwise).
+        tokenizer: Its tokenizer; default: the learner's `tokenizer` for this seat, else loaded from the id or dir.
         **settings: `GenerationSettings` fields for this seat (e.g. `temperature=0.7`).
+
+    It sits on its seat's `agent_devices` entry. `describe()` records whether its weights still equal the
+    files of the path it names (`weights_match_source`: False when the loaded model was changed in memory
+    before the learner copied it, None when there is no local dir to compare with).
     """
 
     def __init__(self, model: Any, tokenizer: Any = None, **settings: Any) -> None:
@@ -53,11 +60,17 @@ class Frozen(FixedPolicy):
                             f"valid: {[f.name for f in dataclasses.fields(GenerationSettings)]}.")
         self.source, self.tokenizer, self.overrides = model, tokenizer, settings
         self.engine: Any = None
+        self.weights_match_source: bool | None = None
 
-    def prepare(self, settings: GenerationSettings, device: torch.device, model_config: dict[str, Any]) -> None:
-        """Load (or copy) the model onto `device`, frozen, with `settings` plus this seat's overrides."""
-        models, tokenizers = load_agents(agents=[self.source], tokenizer=self.tokenizer, model_config=model_config)
-        model = models[0] if isinstance(self.source, (str, os.PathLike)) else copy.deepcopy(models[0])
+    def prepare(self, settings: GenerationSettings, device: torch.device, model_config: dict[str, Any],
+                tokenizer: Any = None) -> None:
+        """Load (or copy) the model onto `device`, frozen, with `settings` plus this seat's overrides;
+        `tokenizer` (the learner's for this seat) serves when this seat was given none."""
+        tokenizer = self.tokenizer if self.tokenizer is not None else tokenizer
+        models, tokenizers = load_agents(agents=[self.source], tokenizer=tokenizer, model_config=model_config)
+        loaded_from_path = isinstance(self.source, (str, os.PathLike))
+        model = models[0] if loaded_from_path else copy.deepcopy(models[0])
+        self.weights_match_source = True if loaded_from_path else weights_match(model, model_name(self.source))
         model.to(device).eval().requires_grad_(False)
         self.engine = RolloutEngine([model], tokenizers, dataclasses.replace(settings, **self.overrides))
 
@@ -67,7 +80,8 @@ class Frozen(FixedPolicy):
         return self.engine.generate(0, [env.observe(agent) for env in envs], num_samples).completions
 
     def describe(self) -> dict[str, Any]:
-        return {"policy": "frozen", "model": model_name(self.source), **self.overrides}
+        return {"policy": "frozen", "model": model_name(self.source),
+                "weights_match_source": self.weights_match_source, **self.overrides}
 
 
 def split_seats(agents: Sequence[Any] | None, tokenizer: Any) -> tuple[list[Any] | None, dict[int, FixedPolicy], Any]:

@@ -96,20 +96,34 @@ class AdapterAgent(nn.Module):
                 shutil.move(os.path.join(source, name), os.path.join(path, name))
 
 
-def attach_adapters(models: Sequence[nn.Module], peft_config: Any, merge_on_save: bool = False) -> list[AdapterAgent]:
-    """Give agent i the adapter `agent_{i}`; agents that are the same model object share one base."""
+def attach_adapters(models: Sequence[nn.Module], peft_config: Any, merge_on_save: bool = False,
+                    model_index: Sequence[int] | None = None) -> list[AdapterAgent]:
+    """Give each agent an adapter on its model; agents that are the same model object share one base.
+
+    `model_index[a]` (`learners.models.agents.model_groups`) says which agents are one policy (self-play):
+    they get ONE adapter, named after the first of them, so all their parameter tensors are shared.
+    Default: every agent its own adapter `agent_{a}`, also when they sit on one shared base.
+    """
     from peft import LoraConfig, get_peft_model  # PEFT is the optional extra `comlrl-env[peft]`
 
     config = LoraConfig(**peft_config) if isinstance(peft_config, dict) else peft_config
+    model_index = list(range(len(models))) if model_index is None else list(model_index)
     wrapped: dict[int, nn.Module] = {}
-    agents = []
-    for i, model in enumerate(models):
-        name = f"agent_{i}"
-        if id(model) not in wrapped:
-            wrapped[id(model)] = get_peft_model(model, copy.deepcopy(config), adapter_name=name)
-        else:
-            wrapped[id(model)].add_adapter(name, copy.deepcopy(config))
-        agents.append(name)
+    adapters: dict[int, AdapterAgent] = {}
+    out = []
+    for a, (model, policy) in enumerate(zip(models, model_index, strict=True)):
+        if policy not in adapters:
+            name = f"agent_{a}"
+            if id(model) not in wrapped:
+                wrapped[id(model)] = get_peft_model(model, copy.deepcopy(config), adapter_name=name)
+            else:
+                wrapped[id(model)].add_adapter(name, copy.deepcopy(config))
+            adapters[policy] = name
+        out.append(adapters[policy])
     for peft_model in wrapped.values():
         peft_model.eval()  # as every agent: no dropout (PEFT's new modules, lora_dropout included, start in train mode)
-    return [AdapterAgent(wrapped[id(m)], name, merge_on_save) for m, name in zip(models, agents)]
+    agents: dict[str, AdapterAgent] = {}
+    for model, name in zip(models, out):
+        if name not in agents:
+            agents[name] = AdapterAgent(wrapped[id(model)], name, merge_on_save)
+    return [agents[name] for name in out]

@@ -13,31 +13,49 @@ from typing import Any, Sequence
 
 import torch
 
-__all__ = ["check_device", "distinct_accelerators", "per_agent", "resolve_devices"]
+__all__ = ["check_device", "check_shared_devices", "distinct_accelerators", "per_agent", "resolve_devices"]
 
 
 def resolve_devices(spec: Any, count: int, what: str = "agent", default: list[torch.device] | None = None,
-                    local_rank: int = 0, parallel_training: str = "none") -> list[torch.device]:
-    """One device per model (`what`: "agent" or "critic", for messages).
+                    local_rank: int = 0, parallel_training: str = "none",
+                    seats: Sequence[int] | None = None) -> list[torch.device]:
+    """The device of each of `seats` (default: all `count` seats) under the setting `spec`.
 
-    `spec` is a device for all, or a list of one per model (or of one to repeat). None: the `default`
-    devices (critics follow their agents), else cuda (this torchrun process's GPU) if available, else cpu;
-    with `parallel_training="mp"`, model i on GPU i modulo the GPUs there are.
+    `spec` is a device for every seat, or a list with one per seat (a list of one repeats it); the entries
+    of seats not asked for (fixed seats) are ignored. None: the `default` devices (one per seat asked for,
+    e.g. critics follow their agents), else cuda (this torchrun process's GPU) if available, else cpu;
+    with `parallel_training="mp"`, seat s on GPU s modulo the GPUs there are. `what` names the setting
+    (`{what}_devices`) in errors.
     """
+    seats = list(range(count)) if seats is None else list(seats)
     if spec is None or spec == "auto":
         if default is not None:
-            return (default * count)[:count] if len(default) >= count else [default[0]] * count
+            return list(default) if len(default) == len(seats) else [default[0]] * len(seats)
         if not torch.cuda.is_available():
-            return [torch.device("cpu")] * count
+            return [torch.device("cpu")] * len(seats)
         if parallel_training == "mp":
-            return [torch.device(f"cuda:{i % torch.cuda.device_count()}") for i in range(count)]
-        return [torch.device(f"cuda:{local_rank}")] * count
+            return [torch.device(f"cuda:{s % torch.cuda.device_count()}") for s in seats]
+        return [torch.device(f"cuda:{local_rank}")] * len(seats)
     if isinstance(spec, (str, torch.device)):
-        return [check_device(spec, f"{what}_devices")] * count
+        return [check_device(spec, f"{what}_devices")] * len(seats)
     spec = list(spec)
     if len(spec) not in (1, count):
-        raise ValueError(f"{what}_devices has {len(spec)} entries for {count} {what}s; give 1 or {count}.")
-    return [check_device(s, f"{what}_devices") for s in (spec * count if len(spec) == 1 else spec)]
+        raise ValueError(
+            f"{what}_devices has {len(spec)} entries for {count} {what}{'s' * (count != 1)} (seats of the env, "
+            f"fixed ones included), got {spec!r}: give one device for every seat, or a list with one per seat "
+            "(a fixed seat's entry places its Frozen model and is ignored for other fixed policies).")
+    return [check_device(spec[0] if len(spec) == 1 else spec[s], f"{what}_devices") for s in seats]
+
+
+def check_shared_devices(devices: Sequence[torch.device], groups: Sequence[Sequence[int]],
+                         names: Sequence[str]) -> None:
+    """Refuse a model that plays several seats (each of `groups` lists its agents) on different `devices`;
+    `names` are the agents' seats, for the message."""
+    for agents in groups:
+        places = sorted({str(devices[a]) for a in agents})
+        if len(places) > 1:
+            raise ValueError(f"one model plays seats {[names[a] for a in agents]} (self-play) but agent_devices puts "
+                             f"them on {places}: give those seats the same device.")
 
 
 def check_device(spec: Any, what: str) -> torch.device:
