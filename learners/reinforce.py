@@ -47,6 +47,9 @@ __all__ = [
 ]
 
 ADVANTAGE_MODES = ("mean", "raw", "max", "rloo", "counterfactual")
+AUTO_TREE_TURNS = 4
+"""`rollout_mode="auto"` keeps the tree for turn-taking envs of at most this many turns (B m K (2^4 - 1) samples
+per rollout at K = 2); longer ones roll out in parallel (`learners.rollout.rollout_samples`)."""
 
 
 @dataclasses.dataclass
@@ -57,8 +60,11 @@ class MAGRPOConfig(LearnerConfig):
     """Samples per agent per node (tree) or copies per task instance (parallel): the group size K >= 2."""
     joint_mode: str = "aligned"
     """"aligned": sample k of every agent forms joint action k; "cross": all K^N combinations (tree only)."""
-    rollout_mode: str = "tree"
-    """"tree": every node expands K children (the seed system); "parallel": K independent episodes per task."""
+    rollout_mode: str = "auto"
+    """"tree": every node expands K children (the seed system); "parallel": K independent episodes per task;
+    "auto" (resolved when the learner is built, then held here): "parallel" for turn-taking envs (fewer seats
+    move than there are) with more than `AUTO_TREE_TURNS` turns, where a tree grows as K^turns, else "tree"
+    (and "tree" with joint_mode="cross")."""
     advantage_mode: str = "mean"
     """Baseline: "mean" R - mean(R), "raw" R, "max" R - max(R), "rloo" R - mean of the other samples,
     "counterfactual" (joint_mode="cross" only) COMA-style credit from each node's joint table: Q_i(j) minus
@@ -82,8 +88,8 @@ class MAGRPOConfig(LearnerConfig):
         super().__post_init__()
         self._check_group_size()
         canonicalize(self, "joint_mode", ("aligned", "cross"))
-        canonicalize(self, "rollout_mode", ("tree", "parallel"))
-        if self.joint_mode == "cross" and self.rollout_mode != "tree":
+        canonicalize(self, "rollout_mode", ("auto", "tree", "parallel"))
+        if self.joint_mode == "cross" and self.rollout_mode == "parallel":
             raise ValueError("joint_mode='cross' needs rollout_mode='tree'.")
         canonicalize(self, "advantage_mode", ADVANTAGE_MODES)
         canonicalize(self, "advantage_grouping", ("node", "global"))
@@ -226,6 +232,10 @@ class MAGRPO(Learner):
 
     config_class = MAGRPOConfig
 
+    def rollout_plan(self) -> tuple[int, str, str]:
+        cfg: MAGRPOConfig = self.args
+        return cfg.num_generations, cfg.rollout_mode, cfg.joint_mode
+
     def __init__(self, **kwargs) -> None:
         super().__init__(**kwargs)
         seed_everything(self.args.seed + self.dist.rank)  # ranks sample different completions
@@ -233,6 +243,11 @@ class MAGRPO(Learner):
     def _validate(self) -> None:
         super()._validate()
         cfg: MAGRPOConfig = self.args
+        if cfg.rollout_mode == "auto":
+            self.env.reset(seed=cfg.seed)
+            turn_taking = len(self.env.to_move()) < self.num_seats
+            long = turn_taking and self.env.num_turns > AUTO_TREE_TURNS and cfg.joint_mode != "cross"
+            cfg.rollout_mode = "parallel" if long else "tree"
         if cfg.joint_mode == "cross" and cfg.num_generations ** self.num_seats > 4096:
             raise ValueError(
                 f"joint_mode='cross' with K={cfg.num_generations} and {self.num_seats} seats that move (fixed "

@@ -126,7 +126,7 @@ NO_MODEL = "/nonexistent/model-dir"  # loading it would fail: errors below must 
     (dict(advantage_mode="median"), "advantage_mode must be one of mean, raw, max, rloo, counterfactual"),
     (dict(advantage_mode="counterfactual"), "advantage_mode='counterfactual' needs .*got joint_mode='aligned'"),
     (dict(joint_mode="crossed"), "joint_mode must be one of aligned, cross, got 'crossed'"),
-    (dict(rollout_mode="beam"), "rollout_mode must be one of tree, parallel, got 'beam'"),
+    (dict(rollout_mode="beam"), "rollout_mode must be one of auto, tree, parallel, got 'beam'"),
     (dict(joint_mode="cross", rollout_mode="parallel"), "cross.*tree"),
     (dict(num_train_epochs=0), "num_train_epochs must be a positive number"),
     (dict(discount=1.5), r"discount must be in \[0, 1\]"),

@@ -124,6 +124,10 @@ class LearnerConfig(metaclass=ConfigMeta):
     """Task instances per epoch; None = all of a finite env, 64 draws of a procedural one."""
     rollout_buffer_size: int = 2
     """Task instances rolled out together (one batched generate per agent per turn)."""
+    max_rollout_samples: int | None = 2048
+    """Refuse, when the learner is built, settings under which one rollout may sample more completions than
+    this (`learners.rollout.rollout_samples`: a tree grows as K^turns); None: no limit. 2048 tiny-model
+    completions of 8 tokens take minutes on 2 CPU cores."""
 
     # ----- episodes (datasets wrapped as environments) -----
     num_turns: int = 1
@@ -238,7 +242,7 @@ class LearnerConfig(metaclass=ConfigMeta):
         check_positive(self, "num_train_epochs", "agent_learning_rate", "num_turns", "rollout_buffer_size",
                        "logging_steps", "eval_batch_size")
         check_positive(self, "num_agents", "train_batch_size", "episodes_per_epoch", "max_prompt_length",
-                       "log_completions_steps", allow_none=True)
+                       "log_completions_steps", "max_rollout_samples", allow_none=True)
         check_sampling(self)
         if self.num_agents is not None:
             self.check_per_agent(self.num_agents)

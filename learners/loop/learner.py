@@ -1,16 +1,13 @@
 """`Learner`, the one shallow base class of every learner: construction, the `learn()` loop, evaluation,
-export and the training state a checkpoint holds.
+export and the training state a checkpoint holds. The base owns what every algorithm needs, nothing algorithmic:
 
-The base owns what every algorithm needs and nothing algorithmic:
-
-- the task source: an env id, an env instance or factory, or `train_dataset` +
-  `reward_func` wrapped into a `DatasetEnv`;
-- agent loading (`learners.models.agents`), devices, one AdamW and LR schedule per agent;
+- the task source: an env id, an env instance or factory, or `train_dataset` + `reward_func` (a `DatasetEnv`);
+- agent loading (`learners.models.agents`), devices, one AdamW and LR schedule per model;
 - the data order (`learners.loop.data`): each epoch visits every task instance in a seeded order, in
   batches of `rollout_buffer_size` instances;
 - the `learn()` loop, which calls the learner's `step(roots)` once per batch: collect a rollout,
   compute advantages, `update`, return metrics;
-- evaluation, logging, `save_model()` and training checkpoints (`learners.checkpoint`).
+- evaluation, logging, `save_model()` and training checkpoints (`learners.checkpointing`).
 
 A learner driving another one (MARLHF drives its policy learner) sets `relabel`, a `Rollout -> Rollout`
 function applied to every training rollout, and `wrapper`, whose `state_dict()` and
@@ -63,7 +60,7 @@ from learners.models.fixed import Frozen, split_seats
 from learners.models.lora import attach_adapters
 from learners.parallel.distributed import Distributed
 from learners.parallel.placement import check_shared_devices, resolve_devices
-from learners.rollout import Rollout, RolloutEngine
+from learners.rollout import Rollout, RolloutEngine, check_rollout_size
 from learners.rollout.scoring import sampled_logprobs
 
 __all__ = ["Learner", "LearnerConfig"]
@@ -146,6 +143,8 @@ class Learner(abc.ABC):
         self.critic_model, self.critic_sources = critic_model, critics
         check_shared_devices(self.devices, self.model_agents(), [self.env.possible_agents[s] for s in self.seats])
         self._validate()
+        K, mode, joint = self.rollout_plan()  # the rollout's size is refused here, before any model loads
+        check_rollout_size(self.env, cfg.seed, cfg.rollout_buffer_size, K, mode, joint, cfg.max_rollout_samples)
 
         # With LoRA, homogeneous agents load one base model that all their adapters share.
         shared_base = cfg.peft_config is not None and agents is None
@@ -212,6 +211,10 @@ class Learner(abc.ABC):
 
     def _setup_models(self) -> None:
         """Attach heads, load critics and their optimizers (runs after the agents load)."""
+
+    def rollout_plan(self) -> tuple[int, str, str]:
+        """`(num_generations, rollout_mode, joint_mode)` of this learner's training rollouts."""
+        return self.args.num_generations, "parallel", "aligned"
 
     def model_agents(self) -> list[list[int]]:
         """The trained agents of each model (`agents_by_model`); model m's optimizer is `optimizers[m]`."""
@@ -314,14 +317,12 @@ class Learner(abc.ABC):
         self.last_rollout = rollout
         return rollout
 
-    # ----- evaluation ------------------------------------------------------------
-
     def evaluate(self, num_eval_samples: int | None = None, greedy: bool | None = None) -> dict[str, float]:
         """Play `num_eval_samples` episodes of `eval_env` with one sample per agent per turn, always under the
         task reward; log and return the `eval/*` metrics (see `learners.loop.evaluation.evaluate`)."""
         return evaluate(self, num_eval_samples, greedy)
 
-    # ----- export ---------------------------------------------------------------
+    # ----- evaluation and export -----------------------------------------------------
 
     def save_model(self, output_dir: str) -> None:
         """Write `output_dir/agent_{seat}/` for every trained seat (model + tokenizer, loadable by the Auto

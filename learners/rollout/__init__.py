@@ -6,9 +6,9 @@ generation backends (`backends/`). May import `comlrl_env` and `learners.paralle
 """
 
 from learners.rollout.backends import GenerationBackend, HFBackend
-from learners.rollout.engine import RolloutEngine, joint_combinations
+from learners.rollout.engine import RolloutEngine, check_rollout_size, joint_combinations, rollout_samples
 from learners.rollout.samples import Rollout, SampleBatch
 from learners.rollout.settings import GenerationSettings
 
 __all__ = ["GenerationBackend", "GenerationSettings", "HFBackend", "Rollout", "RolloutEngine", "SampleBatch",
-           "joint_combinations"]
+           "check_rollout_size", "joint_combinations", "rollout_samples"]

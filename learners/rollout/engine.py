@@ -53,7 +53,7 @@ from learners.rollout.backends.protocol import GenerationBackend
 from learners.rollout.samples import Rollout, SampleBatch
 from learners.rollout.settings import GenerationSettings
 
-__all__ = ["RolloutEngine", "joint_combinations"]
+__all__ = ["RolloutEngine", "check_rollout_size", "joint_combinations", "rollout_samples"]
 
 
 class RolloutEngine:
@@ -348,3 +348,37 @@ def joint_combinations(per_node: int, movers: Sequence[bool], joint_mode: str) -
         return [(k,) * len(movers) for k in range(per_node)]
     choices = [range(per_node) if moves else (0,) for moves in movers]
     return list(itertools.product(*choices))
+
+
+def rollout_samples(num_tasks: int, num_generations: int, movers: int, num_turns: int, rollout_mode: str = "tree",
+                    joint_mode: str = "aligned") -> int:
+    """The most completions one rollout samples: B = `num_tasks` instances, K = `num_generations`, m = `movers`
+    seats moving per turn, up to T = `num_turns` turns.
+
+        parallel: B K m T                      (K copies of each instance, m samples per turn each)
+        tree:     B m K (1 + b + ... + b^(T-1)),  b = K (aligned) or K^m (cross): every node samples K per
+                  mover and has b children.
+    Example: B = 2, K = 2, m = 1, T = 9 (tic_tac_toe): parallel 36, tree 2044.
+    """
+    per_node = movers * num_generations
+    if rollout_mode == "parallel":
+        return num_tasks * per_node * num_turns
+    branching = num_generations ** (movers if joint_mode == "cross" else 1)
+    return num_tasks * per_node * sum(branching ** t for t in range(num_turns))
+
+
+def check_rollout_size(env: TextParallelEnv, seed: int, num_tasks: int, num_generations: int, rollout_mode: str,
+                       joint_mode: str, limit: int | None) -> int:
+    """`rollout_samples` for `env` (the seats that move at its first turn, after a reset with `seed`, for up to
+    its `num_turns` turns); a ValueError naming the settings that lower it when it is over `limit`."""
+    env.reset(seed=seed)
+    movers = len(env.to_move())
+    cost = rollout_samples(num_tasks, num_generations, movers, env.num_turns, rollout_mode, joint_mode)
+    if limit is not None and cost > limit:
+        raise ValueError(
+            f"one rollout would sample up to {cost} completions (rollout_buffer_size={num_tasks} x {movers} moving "
+            f"seat(s) x num_generations={num_generations} over up to {env.num_turns} turns, rollout_mode="
+            f"{rollout_mode!r}, joint_mode={joint_mode!r}), over max_rollout_samples={limit}. Lower it with "
+            "rollout_mode='parallel' (linear in the turns), a smaller num_generations, fewer turns (num_turns on "
+            "the env) or a smaller rollout_buffer_size; or raise max_rollout_samples.")
+    return cost
