@@ -9,7 +9,7 @@ import time
 
 from rewards.sandbox.limits import CGROUP_SLACK_MB, MAX_PROCESSES
 
-__all__ = ["make_cgroup", "remove_cgroup"]
+__all__ = ["make_cgroup", "remove_cgroup", "shared_memory", "stat_slack"]
 
 
 _cgroup_lock = threading.Lock()
@@ -101,6 +101,29 @@ def make_cgroup(memory_mb: int) -> tuple[int, str] | None:
                 remove_cgroup(version, path)
                 return None
     return version, path
+
+
+def shared_memory(version: int, path: str) -> int | None:
+    """Bytes of shared memory (memfd, System V, tmpfs pages) charged to the run's cgroup, None if unreadable.
+
+    The kernel's memory statistics lag by up to 64 pages per CPU (MEMCG_CHARGE_BATCH), so a value below
+    `stat_slack()` may already be zero.
+    """
+    key = "shmem" if version == 2 else "total_shmem"  # v1: "shmem" omits child cgroups
+    try:
+        with open(os.path.join(path, "memory.stat")) as f:
+            for line in f:
+                name, _, value = line.partition(" ")
+                if name == key:
+                    return int(value)
+    except (OSError, ValueError):
+        return None
+    return None
+
+
+def stat_slack() -> int:
+    """Bytes by which `shared_memory` may lag: 64 pages per CPU."""
+    return 64 * os.sysconf("SC_PAGE_SIZE") * (os.cpu_count() or 1)
 
 
 def remove_cgroup(version: int, path: str) -> None:
