@@ -104,7 +104,7 @@ def saved_state(path):
 
 def assert_same(a, b, where="state"):
     if isinstance(a, torch.Tensor):
-        assert isinstance(b, torch.Tensor) and a.shape == b.shape and torch.equal(a, b), where
+        assert isinstance(b, torch.Tensor) and a.dtype == b.dtype and a.shape == b.shape and torch.equal(a, b), where
     elif isinstance(a, dict):
         assert isinstance(b, dict) and a.keys() == b.keys(), (where, sorted(a)[:5], sorted(b)[:5])
         for k in a:

@@ -23,34 +23,12 @@ import pytest
 import torch
 from datasets import Dataset
 from safetensors.torch import load_file, save_file
+from test_checkpoint import FAST, Counter, assert_same, space_reward
 
 from learners import CheckpointError, read_checkpoint_metadata
 from learners.reinforce import MAGRPO, MAGRPOConfig
 
-FAST = dict(num_generations=2, max_new_tokens=4, temperature=1.0, top_p=1.0, top_k=None, eval_interval=0,
-            verbose=False, rollout_buffer_size=2, agent_learning_rate=1e-2)
 FILES = ("models/agent_0.safetensors", "models/agent_1.safetensors", "optim.pt", "rng.pt", "callbacks.pt")
-
-
-def space_reward(first, second):
-    return [sum(ch.isspace() for ch in a + b) / max(len(a + b), 1) for a, b in zip(first, second)]
-
-
-class Counter:
-    """A stateful callback."""
-
-    def __init__(self):
-        self.steps, self.reward = 0, 0.0
-
-    def on_step_end(self, learner, metrics):
-        self.steps += 1
-        self.reward += metrics["train/reward_mean"]
-
-    def state_dict(self):
-        return {"steps": self.steps, "reward": self.reward}
-
-    def load_state_dict(self, state):
-        self.steps, self.reward = state["steps"], state["reward"]
 
 
 def make(model_dir, seed=0):
@@ -78,22 +56,6 @@ def full_state(learner):
                 torch.get_rng_state()],
         "callbacks": [c.state_dict() for c in learner.callbacks],
     }
-
-
-def assert_same(a, b, where="state"):
-    if isinstance(a, torch.Tensor):
-        assert isinstance(b, torch.Tensor) and a.dtype == b.dtype and a.shape == b.shape, where
-        assert torch.equal(a, b), where
-    elif isinstance(a, dict):
-        assert isinstance(b, dict) and a.keys() == b.keys(), where
-        for k in a:
-            assert_same(a[k], b[k], f"{where}.{k}")
-    elif isinstance(a, (list, tuple)):
-        assert isinstance(b, (list, tuple)) and len(a) == len(b), where
-        for i, (x, y) in enumerate(zip(a, b)):
-            assert_same(x, y, f"{where}[{i}]")
-    else:
-        assert a == b, (where, a, b)
 
 
 # ----- checkpoints: this run's, another run's (same shapes), and a "home" state to load them over -------------
