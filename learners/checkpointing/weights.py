@@ -13,6 +13,8 @@ import os
 import torch
 from safetensors.torch import load, save_file
 
+from learners.checkpointing.validation import all_finite
+
 __all__ = ["read_weights", "write_weights"]
 
 
@@ -48,8 +50,7 @@ def read_weights(name: str, data: bytes, module: torch.nn.Module) -> dict[str, t
         if own[k].shape != v.shape or own[k].dtype != v.dtype:
             raise ValueError(f"{name}.{k} is {tuple(v.shape)} {v.dtype}, the model has "
                              f"{tuple(own[k].shape)} {own[k].dtype}.")
-        if v.is_floating_point() and not bool(torch.isfinite(v).all()) and (
-                k in params or bool(torch.isfinite(own[k]).all())):
+        if not all_finite(v) and (k in params or all_finite(own[k])):
             raise ValueError(f"{name}.{k} holds NaN or infinite values.")
     return sd
 
