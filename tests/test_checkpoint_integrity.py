@@ -449,3 +449,25 @@ def test_a_whole_checkpoint_of_another_run_loads_as_that_run_and_is_refused_in_t
     with pytest.raises(CheckpointError, match="holds checkpoints of another run"):
         subject.learn(resume_from_checkpoint=str(d / "checkpoint-1"), checkpoint_dir=str(d))
     assert_same(full_state(subject), before)
+
+
+def test_a_file_replaced_after_its_digest_was_checked_is_refused(subject, ckpts, tmp_path, monkeypatch):
+    """Weights are memory-mapped from their path after the digest check: a file put in place in between is caught."""
+    import learners.checkpointing.checkpoint as checkpoint_module
+
+    path = str(tmp_path / "ck")
+    shutil.copytree(ckpts["good"], path)
+    intruder = str(tmp_path / "intruder.safetensors")
+    shutil.copyfile(os.path.join(ckpts["other"], "models", "agent_0.safetensors"), intruder)
+    before = at_home(subject, ckpts)
+    read = checkpoint_module.read_weights
+
+    def replace_then_read(name, file, module):
+        if name == "agent_0":
+            os.replace(intruder, file)
+        return read(name, file, module)
+
+    monkeypatch.setattr(checkpoint_module, "read_weights", replace_then_read)
+    with pytest.raises(CheckpointError, match="models/agent_0.safetensors was replaced or changed while loading"):
+        subject.load_checkpoint(path)
+    assert_same(full_state(subject), before)

@@ -92,7 +92,7 @@ import torch
 
 from learners.checkpointing.atomic import staging_tag, write_directory_atomically
 from learners.checkpointing.compatibility import PORTABLE_FIELDS, check_compatible, stateful_slots
-from learners.checkpointing.digests import open_verified, record_files
+from learners.checkpointing.digests import open_verified, record_files, still_verified
 from learners.checkpointing.fingerprints import numerics, plain_config, tokenizer_fingerprints
 from learners.checkpointing.metadata import (
     FORMAT_VERSION,
@@ -316,10 +316,15 @@ def _read_files(path: str, saved: dict[str, Any], modules: dict[str, torch.nn.Mo
                 raise CheckpointError(f"checkpoint {path!r} is corrupt: {exc}.") from exc
         tensors = {}
         for name, module in modules.items():
-            try:
-                tensors[name] = read_weights(name, opened[f"models/{name}.safetensors"].read(), module)
+            rel = f"models/{name}.safetensors"
+            try:  # memory-mapped from its path (one copy in memory), then proven to be the file hashed
+                tensors[name] = read_weights(name, os.path.join(path, rel), module)
             except ValueError as exc:
-                raise CheckpointError(f"checkpoint {path!r}: models/{name}.safetensors: {exc}") from exc
+                raise CheckpointError(f"checkpoint {path!r}: {rel}: {exc}") from exc
+            try:
+                still_verified(path, rel, opened[rel])
+            except ValueError as exc:
+                raise CheckpointError(f"checkpoint {path!r}: {exc}.") from exc
         return (tensors, *(_load_pt(path, rel, opened[rel]) for rel in _DATA_FILES))
     finally:
         for f in opened.values():
@@ -373,14 +378,19 @@ def _load_stateful(path: str, extras: dict[str, Any], state: TrainingState, befo
     objects = [*state.stateful, *([("extra_state", state.extra)] if state.extra is not None else [])]
     touched = []
     for (slot, holder), sd, before in zip(objects, [*extras["states"], extras.get("extra", {})], befores):
-        touched.append((holder, before))
+        touched.append((slot, holder, before))
         try:
             holder.load_state_dict(sd)
         except Exception as exc:
-            for obj, old in reversed(touched):
-                obj.load_state_dict(old)
+            failed = []
+            for done_slot, done, old in reversed(touched):
+                try:
+                    done.load_state_dict(old)
+                except Exception:  # report it, and keep restoring the others
+                    failed.append(done_slot)
+            outcome = f"could not restore {failed} to their states before" if failed else "nothing was loaded"
             raise CheckpointError(f"checkpoint {path!r}: callbacks.pt: {slot} ({type(holder).__name__}) refused "
-                                  f"its saved state ({type(exc).__name__}: {exc}); nothing was loaded.") from exc
+                                  f"its saved state ({type(exc).__name__}: {exc}); {outcome}.") from exc
 
 
 # ----- reading ---------------------------------------------------------------------------

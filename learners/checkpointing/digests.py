@@ -5,7 +5,8 @@ ValueError naming the file and the problem, anything that is not the file `state
 symlink (a checkpoint holds its own files; a link would load whatever it points to now), something that
 is not a regular file, another size, or another SHA-256 (a flipped byte, a truncation, or a file copied in
 from another checkpoint or run, even one of the same shapes). The checked file is returned open, and the
-caller parses that same open file, so what was hashed is what loads.
+caller parses that same open file, so what was hashed is what loads (a reader that must reopen it by path,
+such as a memory-mapped load, checks `still_verified` afterwards).
 
 Checkpoints written before digests were recorded (format 1) give a size per file, or nothing: those files
 are checked for their size only.
@@ -19,7 +20,7 @@ import re
 import stat
 from typing import Any, BinaryIO, Iterable
 
-__all__ = ["check_record", "open_verified", "record_files"]
+__all__ = ["check_record", "open_verified", "record_files", "still_verified"]
 
 _CHUNK = 1 << 20
 _HEX64 = re.compile(r"[0-9a-f]{64}")
@@ -82,6 +83,19 @@ def open_verified(directory: str, name: str, record: Any) -> BinaryIO:
     except BaseException:
         f.close()
         raise
+
+
+def still_verified(directory: str, name: str, f: BinaryIO) -> None:
+    """Raise ValueError unless `directory/name` is still the file `f` that `open_verified` checked (same device,
+    inode, size and modification time), for readers that must open it again by path (memory-mapped loads)."""
+    try:
+        now = os.stat(os.path.join(directory, name))  # follows links: a link put in its place shows another inode
+    except OSError as exc:
+        raise ValueError(f"{name} vanished while loading ({exc.strerror or exc})") from None
+    then = os.fstat(f.fileno())
+    if (now.st_dev, now.st_ino, now.st_size, now.st_mtime_ns) != (then.st_dev, then.st_ino, then.st_size,
+                                                                 then.st_mtime_ns):
+        raise ValueError(f"{name} was replaced or changed while loading")
 
 
 def _refuse_links(directory: str, name: str) -> None:

@@ -2,7 +2,7 @@
 
 `write_weights` drops tied aliases (an embedding shared with the LM head is
 stored once, under its first name) and clones views of one storage
-(safetensors refuses shared memory); `read_weights` parses the files' bytes and checks
+(safetensors refuses shared memory); `read_weights` loads a file (memory-mapped) and checks
 that names, shapes and dtypes match the modules, and that the values are finite, before anything is copied.
 """
 
@@ -11,7 +11,7 @@ from __future__ import annotations
 import os
 
 import torch
-from safetensors.torch import load, save_file
+from safetensors.torch import load_file, save_file
 
 from learners.checkpointing.validation import all_finite
 
@@ -30,14 +30,14 @@ def write_weights(modules: dict[str, torch.nn.Module], directory: str) -> dict[s
     return shapes
 
 
-def read_weights(name: str, data: bytes, module: torch.nn.Module) -> dict[str, torch.Tensor]:
-    """Parse the safetensors bytes `data` of module `name` (CPU tensors by key), copying nothing into `module`.
+def read_weights(name: str, file: str, module: torch.nn.Module) -> dict[str, torch.Tensor]:
+    """Read the safetensors `file` of module `name` (CPU tensors by key), copying nothing into `module`.
 
-    Raises ValueError when the bytes do not parse, the names, shapes or dtypes differ from the module's, or
+    Raises ValueError when the file does not parse, the names, shapes or dtypes differ from the module's, or
     a tensor holds NaN or infinity where the module's is a parameter or is finite now.
     """
     try:
-        sd = load(data)
+        sd = load_file(file)
     except Exception as exc:
         raise ValueError(f"cannot read the {name} weights ({exc}).") from exc
     own = module.state_dict()
