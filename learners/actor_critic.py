@@ -30,7 +30,7 @@ from __future__ import annotations
 import dataclasses
 import os
 import time
-from typing import Any
+from typing import Any, ClassVar
 
 import torch
 from torch import nn
@@ -46,6 +46,7 @@ from learners.models.critics import CausalLMWithValueHead, ValueHead, load_criti
 from learners.parallel.placement import resolve_devices
 from learners.rollout import Rollout, SampleBatch
 from learners.rollout.scoring import token_logprobs
+from learners.rollout.settings import Number
 from rewards.models import encode_joint_texts, joint_text
 
 __all__ = [
@@ -99,22 +100,20 @@ class ActorCriticConfig(LearnerConfig):
     critic_devices: str | list[str] | None = None
     """Device of the critic(s); None: the agents' devices."""
 
+    NUMBERS: ClassVar[dict[str, Number]] = {
+        "num_generations": Number(low=1, integer=True),
+        "critic_learning_rate": Number(low=0, low_open=True, optional=True, fix="None uses agent_learning_rate."),
+        "value_loss_coef": Number(low=0, low_open=True),
+        "value_clip_range": Number(low=0, low_open=True, optional=True, fix="None disables value clipping."),
+        "gae_lambda": Number(low=0, high=1),
+        "ppo_epochs": Number(low=1, integer=True),
+        "clip_range": Number(low=0, low_open=True),
+    }
+    """The rule of each numeric field of the actor-critic learners' own (`Number`), checked at construction."""
+
     def __post_init__(self) -> None:
         super().__post_init__()
-        if isinstance(self.num_generations, bool) or not isinstance(self.num_generations, int) or self.num_generations < 1:
-            raise ValueError(f"num_generations must be >= 1, got {self.num_generations}.")
         canonicalize(self, "critic_type", ("v", "q"))
-        if not 0.0 <= self.gae_lambda <= 1.0:
-            raise ValueError(f"gae_lambda must be in [0, 1], got {self.gae_lambda}.")
-        for name in ("value_loss_coef", "clip_range"):
-            if getattr(self, name) <= 0:
-                raise ValueError(f"{name} must be > 0, got {getattr(self, name)}.")
-        if self.value_clip_range is not None and self.value_clip_range <= 0:
-            raise ValueError(f"value_clip_range must be > 0 or None, got {self.value_clip_range}.")
-        if self.critic_learning_rate is not None and self.critic_learning_rate <= 0:
-            raise ValueError(f"critic_learning_rate must be > 0 or None, got {self.critic_learning_rate}.")
-        if isinstance(self.ppo_epochs, bool) or not isinstance(self.ppo_epochs, int) or self.ppo_epochs < 1:
-            raise ValueError(f"ppo_epochs must be >= 1, got {self.ppo_epochs}.")
 
 
 @dataclasses.dataclass
@@ -128,6 +127,12 @@ class IACConfig(ActorCriticConfig):
     critic_value_head_hidden_dim: int | None = None
     """Hidden size of the separate critics' value heads; None: a linear head."""
 
+    NUMBERS: ClassVar[dict[str, Number]] = {
+        "value_head_hidden_dim": Number(low=1, integer=True, optional=True, fix="None gives a linear head."),
+        "critic_value_head_hidden_dim": Number(low=1, integer=True, optional=True, fix="None gives a linear head."),
+    }
+    """The rule of each numeric field of IAC's own (`Number`), checked at construction."""
+
 
 @dataclasses.dataclass
 class MAACConfig(ActorCriticConfig):
@@ -137,12 +142,10 @@ class MAACConfig(ActorCriticConfig):
     """Tokens of the joint text the centralized critic reads, keeping the last ones; None: all of it.
     Separate from `max_prompt_length` (one agent's prompt): the joint text holds every agent's."""
 
-    def __post_init__(self) -> None:
-        super().__post_init__()
-        if self.critic_max_length is not None and (isinstance(self.critic_max_length, bool)
-                                                   or not isinstance(self.critic_max_length, int)
-                                                   or self.critic_max_length < 1):
-            raise ValueError(f"critic_max_length must be a positive int or None, got {self.critic_max_length!r}.")
+    NUMBERS: ClassVar[dict[str, Number]] = {
+        "critic_max_length": Number(low=1, integer=True, optional=True, fix="None lets the critic read all of it."),
+    }
+    """The rule of each numeric field of MAAC's own (`Number`), checked at construction."""
 
 
 # ----- pure functions ---------------------------------------------------------------------------

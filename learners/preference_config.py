@@ -13,12 +13,13 @@ from __future__ import annotations
 
 import dataclasses
 import functools
-from typing import Any
+from typing import Any, ClassVar
 
 from learners.actor_critic import IAC, MAAC, IACConfig, MAACConfig
 from learners.loop.config import LearnerConfig, canonicalize
 from learners.loop.learner import Learner
 from learners.reinforce import MAGRPO, MAGRPOConfig
+from learners.rollout.settings import Number
 
 __all__ = ["MARLHFConfig", "MARLHFIterConfig", "RL_ALGORITHMS"]
 
@@ -95,6 +96,19 @@ class MARLHFConfig(LearnerConfig):
     environment_steps_per_pair: int = 2
     """Accepted for compatibility with the reference config (its MADPO step counter); unused."""
 
+    NUMBERS: ClassVar[dict[str, Number]] = {
+        "reward_learning_rate": Number(low=0, low_open=True),
+        "reward_num_train_epochs": Number(low=1, integer=True),
+        "reward_train_batch_size": Number(low=1, integer=True),
+        "reward_max_length": Number(low=1, integer=True, optional=True, fix="None keeps joint texts whole."),
+        "reward_heldout_fraction": Number(low=0, high=1, high_open=True),
+        "preference_num_candidates": Number(low=2, integer=True, why=" to form a pair"),
+        "preference_pairs_per_sample": Number(low=1, integer=True, optional=True, fix="None keeps every pair."),
+        "dpo_beta": Number(low=0),
+        "environment_steps_per_pair": Number(low=1, integer=True),
+    }
+    """The rule of each numeric field of MARLHF's own (`Number`), checked at construction."""
+
     def __post_init__(self) -> None:
         super().__post_init__()
         canonicalize(self, "rl_algorithm", RL_ALGORITHMS)
@@ -106,17 +120,6 @@ class MARLHFConfig(LearnerConfig):
         canonicalize(self, "pair_selection", PAIR_SELECTIONS)
         if self.pair_selection == "all" and self.preference_pairs_per_sample is not None:
             raise ValueError("pair_selection='all' keeps every pair: set preference_pairs_per_sample=None.")
-        if self.preference_num_candidates < 2:
-            raise ValueError(f"preference_num_candidates must be >= 2, got {self.preference_num_candidates}.")
-        if self.preference_pairs_per_sample is not None and self.preference_pairs_per_sample < 1:
-            raise ValueError(f"preference_pairs_per_sample must be >= 1 or None, got {self.preference_pairs_per_sample}.")
-        for name in ("reward_learning_rate", "reward_num_train_epochs", "reward_train_batch_size"):
-            if getattr(self, name) <= 0:
-                raise ValueError(f"{name} must be > 0, got {getattr(self, name)}.")
-        if self.reward_max_length is not None and self.reward_max_length < 1:
-            raise ValueError(f"reward_max_length must be >= 1 or None, got {self.reward_max_length}.")
-        if not 0.0 <= self.reward_heldout_fraction < 1.0:
-            raise ValueError(f"reward_heldout_fraction must be in [0, 1), got {self.reward_heldout_fraction}.")
 
     def _policy_args(self, flat: dict[str, Any]) -> LearnerConfig:
         """The policy learner's config: `policy_args` (or its class's defaults), then the flat backend fields,
@@ -184,18 +187,28 @@ class MARLHFIterConfig(MARLHFConfig):
     comparator_history_k: int | None = None
     """comparator_policy="history": compare with the agents of this many iterations ago (default 1)."""
 
+    NUMBERS: ClassVar[dict[str, Number]] = {
+        "num_iterations": Number(low=1, integer=True),
+        "preference_replay_k": Number(low=1, integer=True, optional=True),
+        "preference_replay_lambda": Number(low=0, high=1, optional=True),
+        "preference_replay_sample_size": Number(low=1, integer=True, optional=True,
+                                                fix="None draws this iteration's pair count."),
+        "comparator_num_candidates": Number(low=1, integer=True, optional=True,
+                                            fix="None uses preference_num_candidates."),
+        "comparator_history_k": Number(low=1, integer=True, optional=True),
+    }
+    """The rule of each numeric field of MARLHFIter's own (`Number`), checked at construction."""
+
     def __post_init__(self) -> None:
         super().__post_init__()
-        if self.num_iterations < 1:
-            raise ValueError(f"num_iterations must be >= 1, got {self.num_iterations}.")
         canonicalize(self, "preference_scoring_reward", ("task", "reward_model"))
         canonicalize(self, "preference_replay_mode", ("current", "nearest_k", "all_history", "lambda_decay"))
         mode = self.preference_replay_mode
-        if mode == "nearest_k" and (self.preference_replay_k is None or self.preference_replay_k < 1):
+        if mode == "nearest_k" and self.preference_replay_k is None:
             raise ValueError("preference_replay_mode='nearest_k' needs preference_replay_k >= 1.")
         if mode == "current" and self.preference_replay_k not in (None, 1):
             raise ValueError("preference_replay_k only applies to nearest_k (current accepts None or 1).")
-        if mode == "lambda_decay" and not (self.preference_replay_lambda is not None and 0 <= self.preference_replay_lambda <= 1):
+        if mode == "lambda_decay" and self.preference_replay_lambda is None:
             raise ValueError("preference_replay_mode='lambda_decay' needs preference_replay_lambda in [0, 1].")
         canonicalize(self, "comparator_policy", ("current", "current_copy", "history", "model"))
         comparator = self.comparator_policy
@@ -209,5 +222,4 @@ class MARLHFIterConfig(MARLHFConfig):
             raise ValueError("comparator_history_k only applies to comparator_policy='history'.")
         if comparator == "history" and self.comparator_history_k is None:
             self.comparator_history_k = 1
-        if self.comparator_num_candidates is not None and self.comparator_num_candidates < 1:
-            raise ValueError(f"comparator_num_candidates must be >= 1, got {self.comparator_num_candidates}.")
+

@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import dataclasses
 import time
+from typing import ClassVar
 
 import torch
 
@@ -33,6 +34,7 @@ from learners.loop.metrics import MeanMetrics, rollout_metrics
 from learners.loop.optim import PolicyBatch, policy_step
 from learners.parallel.placement import per_agent
 from learners.rollout.samples import Rollout
+from learners.rollout.settings import Number
 
 __all__ = [
     "MAGRPO",
@@ -84,9 +86,15 @@ class MAGRPOConfig(LearnerConfig):
     length_normalization: bool = False
     """Average token terms per completion instead of summing them (the reference sums)."""
 
+    NUMBERS: ClassVar[dict[str, Number]] = {
+        "num_generations": Number(low=2, integer=True, why=" for a group baseline",
+                                  fix="Use IAC for single-sample training."),
+        "clip_range": Number(low=0, low_open=True),
+    }
+    """The rule of each numeric field of MAGRPO's own (`Number`), checked at construction."""
+
     def __post_init__(self) -> None:
         super().__post_init__()
-        self._check_group_size()
         canonicalize(self, "joint_mode", ("aligned", "cross"))
         canonicalize(self, "rollout_mode", ("auto", "tree", "parallel"))
         if self.joint_mode == "cross" and self.rollout_mode == "parallel":
@@ -100,14 +108,6 @@ class MAGRPOConfig(LearnerConfig):
             raise ValueError(f"advantage_mode='counterfactual' needs every combination of the agents' samples "
                              f"(joint_mode='cross'), got joint_mode={self.joint_mode!r}. Set joint_mode='cross', "
                              "or use advantage_mode='mean'.")
-        if self.clip_range <= 0:
-            raise ValueError(f"clip_range must be > 0, got {self.clip_range}.")
-
-    def _check_group_size(self, minimum: int = 2) -> None:
-        k = self.num_generations
-        if isinstance(k, bool) or not isinstance(k, int) or k < minimum:
-            raise ValueError(f"num_generations must be >= {minimum} for a group baseline, got {k}. "
-                             "Use IAC for single-sample training.")
 
 
 def group_relative_advantages(

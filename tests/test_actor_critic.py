@@ -381,7 +381,7 @@ def test_maac_critic_reads_every_agents_observation_whatever_max_prompt_length(t
     # critic_max_length is the critic's own limit, applied explicitly: the last tokens are kept.
     trainer.args.critic_max_length = 12
     assert value(states[0]) == value(states[1])  # the difference lies before the last 12 tokens
-    with pytest.raises(ValueError, match="critic_max_length must be a positive int or None, got 0"):
+    with pytest.raises(ValueError, match="critic_max_length must be >= 1 or None, got 0"):
         MAACConfig(critic_max_length=0)
 
 

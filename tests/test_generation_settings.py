@@ -68,8 +68,8 @@ def test_for_agent_picks_each_agents_values_and_keeps_shared_ones():
 @pytest.mark.parametrize("kwargs, error, match", [
     (dict(temperature=[1.0, 0.0]), ValueError, r"temperature\[1\] must be > 0, got 0.0 .*eval_greedy"),
     (dict(top_p=[1.0, 1.5]), ValueError, r"top_p\[1\] must be in \(0, 1\], got 1.5"),
-    (dict(top_k=[0, None]), ValueError, r"top_k\[0\] must be a positive number or None"),
-    (dict(max_new_tokens=[4, -1]), ValueError, r"max_new_tokens\[1\] must be a positive number, got -1"),
+    (dict(top_k=[0, None]), ValueError, r"top_k\[0\] must be >= 1 or None, got 0"),
+    (dict(max_new_tokens=[4, -1]), ValueError, r"max_new_tokens\[1\] must be >= 1, got -1"),
     (dict(use_chat_template=[True, "yes"]), TypeError, r"use_chat_template\[1\] must be True or False"),
     (dict(stop_strings=["#", ["!"]]), TypeError, "stop_strings mixes strings and lists"),
     (dict(stop_strings=[["#", 3], None]), TypeError, r"stop_strings\[0\] must be a list of strings or None"),

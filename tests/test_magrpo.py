@@ -128,7 +128,7 @@ NO_MODEL = "/nonexistent/model-dir"  # loading it would fail: errors below must 
     (dict(joint_mode="crossed"), "joint_mode must be one of aligned, cross, got 'crossed'"),
     (dict(rollout_mode="beam"), "rollout_mode must be one of auto, tree, parallel, got 'beam'"),
     (dict(joint_mode="cross", rollout_mode="parallel"), "cross.*tree"),
-    (dict(num_train_epochs=0), "num_train_epochs must be a positive number"),
+    (dict(num_train_epochs=0), "num_train_epochs must be >= 1, got 0"),
     (dict(discount=1.5), r"discount must be in \[0, 1\]"),
     (dict(lr_scheduler_type="step"), "lr_scheduler_type"),
     (dict(advantage_grouping="batch"), "advantage_grouping must be one of node, global"),

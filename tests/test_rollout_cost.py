@@ -64,7 +64,7 @@ def test_the_limit_can_be_raised_or_lifted(tiny_dir):
         learner = MAGRPO(env="openspiel/bargaining-v0", agent_model=tiny_dir, num_agents=2,
                          args=MAGRPOConfig(**FAST, rollout_mode="tree", max_rollout_samples=limit))
         assert learner.args.rollout_mode == "tree"
-    with pytest.raises(ValueError, match="max_rollout_samples must be a positive number or None"):
+    with pytest.raises(ValueError, match="max_rollout_samples must be >= 1 or None"):
         MAGRPOConfig(max_rollout_samples=0)
 
 

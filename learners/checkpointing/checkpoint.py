@@ -12,9 +12,10 @@ Layout of `checkpoint_dir/checkpoint-{sequence}/` (`sequence` counts this run's 
     state.json                  metadata (read without loading weights): format version, learner class,
                                 library version, run id, sequence, progress counters, agent count,
                                 config, tokenizer fingerprints, data order fingerprint, parameter
-                                names/shapes/dtypes, stateful callbacks, wandb identity, file sizes,
-                                and the numerics settings (`numerics`: thread count, device types,
-                                dtypes, autocast, deterministic algorithms, library versions)
+                                names/shapes/dtypes, stateful callbacks, wandb identity, the size and
+                                SHA-256 of every other file (`files`), and the numerics settings
+                                (`numerics`: thread count, device types, dtypes, autocast,
+                                deterministic algorithms, library versions)
     models/{name}.safetensors   weights of every module in `state.modules` (`agent_0`, ...; critics, heads
                                 and frozen reference copies when the learner has them)
     optim.pt                    optimizer and LR-scheduler state_dicts   (torch.load(weights_only=True))
@@ -32,11 +33,27 @@ the OS offers it), then the parent fsynced: a crash mid-save leaves the
 previous checkpoints loadable and, at worst, a hidden staging directory that
 the next run of the same id removes (`CheckpointManager.start`).
 
-Loading validates everything first (learner class, agent count, tokenizers,
-non-portable config, data, stateful callbacks, files and their sizes, weight
-names/shapes/dtypes, optimizer structure, RNG states) and only then mutates
-the state's objects, so an incompatible or corrupt checkpoint raises
-`CheckpointError` and leaves the learner as it was.
+Loading validates everything first and only then mutates the state's objects,
+so an incompatible or corrupt checkpoint raises `CheckpointError`, naming the
+file and the problem, and leaves the learner as it was:
+
+1. `state.json` (`metadata.py`): size, nesting and number limits, then its schema;
+   learner class, agent count, tokenizers, non-portable config, data and stateful
+   callbacks against the learner.
+2. Every file (`digests.py`) before any is parsed: no symlinks, a regular file, the
+   recorded size and SHA-256. The digests bind the files to this `state.json` and so
+   to its run id and sequence: a flipped byte, or a file copied in from another run
+   or checkpoint (even of the same shapes), is refused. (A whole checkpoint of another
+   run, `state.json` included, is that run's: `CheckpointManager` refuses it in a
+   `checkpoint_dir` owned by another run.)
+3. Every state (`validation.py`, `weights.py`, `rng.py`): weight names, shapes,
+   dtypes and finiteness; optimizer groups, hyperparameters and per-parameter states
+   (shapes, dtypes, finiteness, 0-d steps); scheduler states; RNG states; the callback
+   and learner states against the kinds they have now.
+4. Apply: user objects first (a `load_state_dict` that raises rolls back the ones
+   already loaded, then `CheckpointError`), then weights, optimizers, schedulers, RNG.
+
+Checkpoints of format 1 (before digests) load with their sizes checked instead.
 
 The data order is a pure function of the seed and the epoch, and minibatch
 shuffles of the rollout counter, so restoring the counters and the RNG states
@@ -63,19 +80,31 @@ callbacks and `extra_state()` are rank 0's (identical on every rank).
 
 from __future__ import annotations
 
+import copy
 import io
 import json
 import os
 import time
 import warnings
-from typing import Any, Callable
+from typing import Any, BinaryIO, Callable
 
 import torch
 
 from learners.checkpointing.atomic import staging_tag, write_directory_atomically
+from learners.checkpointing.compatibility import PORTABLE_FIELDS, check_compatible, stateful_slots
+from learners.checkpointing.digests import open_verified, record_files, still_verified
 from learners.checkpointing.fingerprints import numerics, plain_config, tokenizer_fingerprints
+from learners.checkpointing.metadata import (
+    FORMAT_VERSION,
+    PROGRESS_KEYS,
+    READABLE_FORMATS,
+    STATE_FILE,
+    check_schema,
+    read_state_json,
+)
 from learners.checkpointing.rng import check_rng, gather_rng, restore_rng
 from learners.checkpointing.state import TrainingState
+from learners.checkpointing.validation import check_like, check_optimizer_state, check_scheduler_state
 from learners.checkpointing.weights import read_weights, write_weights
 
 __all__ = [
@@ -90,15 +119,6 @@ __all__ = [
     "save_checkpoint",
 ]
 
-FORMAT_VERSION = 1
-STATE_FILE = "state.json"
-# Config fields that may change between a run and its resume (plus every field ending in "_dir").
-PORTABLE_FIELDS = frozenset({
-    "num_train_epochs", "num_iterations", "agent_devices", "critic_devices", "reference_devices",
-    "reward_model_device", "parallel_training", "logging_steps", "verbose", "output_dir", "eval_interval",
-    "eval_num_samples", "eval_batch_size", "eval_greedy", "gradient_accumulation_steps", "mixed_precision",
-})
-_PROGRESS_KEYS = ("epoch", "batch_in_epoch", "rollouts_done", "env_steps")
 _DATA_FILES = ("optim.pt", "rng.pt", "callbacks.pt")
 
 
@@ -180,33 +200,27 @@ def load_checkpoint(path: str | os.PathLike, state: TrainingState) -> dict[str, 
 
 def resume_checkpoint(path: str | os.PathLike, state_for: Callable[[dict[str, Any]], TrainingState]) -> dict[str, Any]:
     """Resume in one pass: read `path`'s metadata (`state.json`), take the learner's `state_for(metadata)`
-    (its data order fingerprinted at the saved epoch, its modules under the saved names), validate every
-    file against it, then apply (as `load_checkpoint`)."""
+    (its data order fingerprinted at the saved epoch, its modules under the saved names), verify every file
+    and validate every state against it, then apply (as `load_checkpoint`)."""
     path = _expand(path)
     if not os.path.isdir(path):
         raise CheckpointError(f"{path!r} is not a checkpoint directory.")
     saved = _read_state(path)
     state = state_for(saved)
-    _check_compatible(path, saved, state)
-    tensors = _read_weights(path, saved, state.modules)
-    optim = _load_pt(path, "optim.pt")
-    rng = _load_pt(path, "rng.pt")
-    extras = _load_pt(path, "callbacks.pt")
+    try:
+        check_compatible(saved, state)
+    except ValueError as exc:
+        raise CheckpointError(f"checkpoint {path!r} {exc}") from exc
+    tensors, optim, rng, extras = _read_files(path, saved, state.modules)
     _check_optim(path, optim, state.optimizers, state.schedulers)
     try:
         check_rng(rng)
     except ValueError as exc:
         raise CheckpointError(f"checkpoint {path!r}: rng.pt holds {exc}.") from exc
-    holders = state.stateful
-    if (not isinstance(extras, dict) or not isinstance(extras.get("states"), list)
-            or len(extras["states"]) != len(holders) or not isinstance(extras.get("extra", {}), dict)):
-        raise CheckpointError(f"checkpoint {path!r}: callbacks.pt does not hold the {len(holders)} saved states.")
+    befores = _check_stateful(path, extras, state)
 
-    # Validation passed: mutate. User code first (it may raise), then our own, validated, state.
-    for (_, holder), sd in zip(holders, extras["states"]):
-        holder.load_state_dict(sd)
-    if state.extra is not None:
-        state.extra.load_state_dict(extras.get("extra", {}))
+    # Validation passed: mutate. User code first (it may raise: then it is rolled back), then our own state.
+    _load_stateful(path, extras, state, befores)
     with torch.no_grad():
         for name, module in state.modules.items():
             own = module.state_dict()
@@ -250,7 +264,7 @@ def _write(state: TrainingState, out: str) -> None:
         "saved_at": time.time(),
         "run_id": state.run_id,
         "sequence": int(state.sequence),
-        "progress": {k: int(state.progress[k]) for k in _PROGRESS_KEYS},
+        "progress": {k: int(state.progress[k]) for k in PROGRESS_KEYS},
         "num_agents": state.num_agents,
         "world_size": state.dist.world_size if state.dist is not None else 1,
         "config": plain_config(state.config),
@@ -259,10 +273,9 @@ def _write(state: TrainingState, out: str) -> None:
         "shapes": shapes,
         "optimizers": len(state.optimizers),
         "schedulers": len(state.schedulers),
-        "stateful": _stateful_slots(state),
+        "stateful": stateful_slots(state),
         "wandb": state.wandb,
-        "files": {rel: os.path.getsize(os.path.join(out, rel))
-                  for rel in [*(f"models/{n}.safetensors" for n in state.modules), *_DATA_FILES]},
+        "files": record_files(out, _file_names(state.modules)),
     }
     with open(os.path.join(out, STATE_FILE), "w", encoding="utf-8") as f:
         json.dump(metadata, f, indent=1)
@@ -285,78 +298,37 @@ def _check_safe(obj: Any, what: str) -> None:
 # ----- validation ------------------------------------------------------------------------
 
 
-def _check_compatible(path: str, saved: dict[str, Any], state: TrainingState) -> None:
-    """Learner class, agent count, tokenizers, config, data, progress and stateful objects match."""
-    if saved["learner"] != state.learner or saved.get("learner_class", state.learner_class) != state.learner_class:
-        raise CheckpointError(
-            f"checkpoint {path!r} was written by {saved.get('learner_class') or saved['learner']}, "
-            f"not {state.learner_class}; resume it with the same learner class."
-        )
-    if saved["num_agents"] != state.num_agents:
-        raise CheckpointError(
-            f"checkpoint {path!r} has {saved['num_agents']} agents, this learner {state.num_agents}."
-        )
-    now_tok = tokenizer_fingerprints(state.tokenizers)
-    if saved["tokenizers"] != now_tok:
-        which = [i for i, (a, b) in enumerate(zip(saved["tokenizers"], now_tok)) if a != b] or "all"
-        raise CheckpointError(
-            f"checkpoint {path!r} was trained with different tokenizers (agent(s) {which}: vocabulary, special "
-            "tokens, chat template or padding differ); build the learner with the same tokenizers."
-        )
-    _check_config(path, saved["config"], plain_config(state.config), plain_config(state.config_defaults))
-    saved_data = saved.get("data") or {}
-    for key in ("num_tasks", "epoch_size", "sample_sha", "order_sha"):
-        if key in saved_data and key in state.data and saved_data[key] != state.data[key]:
-            raise CheckpointError(
-                f"checkpoint {path!r} was trained on different data ({key}: saved {saved_data[key]!r}, now "
-                f"{state.data[key]!r}); pass the same dataset / environment."
-            )
-    if saved["progress"]["batch_in_epoch"] > state.batches_per_epoch:
-        raise CheckpointError(f"checkpoint {path!r} is at batch {saved['progress']['batch_in_epoch']} of an "
-                              f"epoch of {state.batches_per_epoch} batches.")
-    now_stateful = _stateful_slots(state)
-    if saved["stateful"] != now_stateful:
-        raise CheckpointError(
-            f"checkpoint {path!r} saved the state of {_describe(saved['stateful'])}; this learner has "
-            f"{_describe(now_stateful)}. Pass the same stateful callbacks, datasets and functions."
-        )
-
-
-def _check_config(path: str, saved: dict[str, Any], current: dict[str, Any], defaults: dict[str, Any]) -> None:
-    """Only portable fields may differ. A saved field this config no longer has is ignored; a field the
-    checkpoint predates counts as unchanged while it holds its default."""
-    def differs(k: str) -> bool:
-        if k in saved:
-            return saved[k] != current[k]
-        return k not in defaults or defaults[k] != current[k]
-
-    changed = [k for k in sorted(current) if not _portable(k) and differs(k)]
-    if changed:
-        detail = ", ".join(f"{k}: saved {saved[k]!r}, now {current[k]!r}" if k in saved
-                           else f"{k}: not saved, now {current[k]!r}" for k in changed)
-        raise CheckpointError(
-            f"checkpoint {path!r} used a different config ({detail}); only {sorted(PORTABLE_FIELDS)} and "
-            "*_dir fields may change on resume."
-        )
-
-
-def _read_weights(path: str, saved: dict[str, Any], modules: dict[str, torch.nn.Module]) -> dict[str, dict]:
-    """Check the files and their sizes, then read every module's weights, matched to the module."""
+def _read_files(path: str, saved: dict[str, Any], modules: dict[str, torch.nn.Module]) -> tuple:
+    """Verify every file (no symlink, recorded size and SHA-256) before parsing any, then parse them:
+    returns each module's weights (checked against the module), optim.pt, rng.pt and callbacks.pt."""
     if set(saved["shapes"]) != set(modules):
         raise CheckpointError(f"checkpoint {path!r} holds modules {sorted(saved['shapes'])}, this learner "
                               f"{sorted(modules)}.")
-    files = saved.get("files") or {}
-    for rel in [*(f"models/{n}.safetensors" for n in modules), *_DATA_FILES]:
-        file = os.path.join(path, rel)
-        if not os.path.isfile(file):
-            raise CheckpointError(f"checkpoint {path!r} is incomplete: {rel} is missing.")
-        if rel in files and os.path.getsize(file) != files[rel]:
-            raise CheckpointError(f"checkpoint {path!r} is corrupt: {rel} has {os.path.getsize(file)} bytes, "
-                                  f"{files[rel]} were written.")
+    records = saved.get("files") or {}
+    opened: dict[str, BinaryIO] = {}
     try:
-        return read_weights(os.path.join(path, "models"), modules)
-    except ValueError as exc:
-        raise CheckpointError(f"checkpoint {path!r}: {exc}") from exc
+        for rel in _file_names(modules):
+            if saved["format_version"] >= 2 and rel not in records:
+                raise CheckpointError(f"checkpoint {path!r} is corrupt: state.json records no SHA-256 for {rel}.")
+            try:
+                opened[rel] = open_verified(path, rel, records.get(rel))
+            except ValueError as exc:
+                raise CheckpointError(f"checkpoint {path!r} is corrupt: {exc}.") from exc
+        tensors = {}
+        for name, module in modules.items():
+            rel = f"models/{name}.safetensors"
+            try:  # memory-mapped from its path (one copy in memory), then proven to be the file hashed
+                tensors[name] = read_weights(name, os.path.join(path, rel), module)
+            except ValueError as exc:
+                raise CheckpointError(f"checkpoint {path!r}: {rel}: {exc}") from exc
+            try:
+                still_verified(path, rel, opened[rel])
+            except ValueError as exc:
+                raise CheckpointError(f"checkpoint {path!r}: {exc}.") from exc
+        return (tensors, *(_load_pt(path, rel, opened[rel]) for rel in _DATA_FILES))
+    finally:
+        for f in opened.values():
+            f.close()
 
 
 def _check_optim(path: str, optim: Any, optimizers: list, schedulers: list) -> None:
@@ -368,84 +340,87 @@ def _check_optim(path: str, optim: Any, optimizers: list, schedulers: list) -> N
             f"checkpoint {path!r} holds {len(optim['optimizers'])} optimizers and {len(optim['schedulers'])} "
             f"schedulers, this learner has {len(optimizers)} and {len(schedulers)}."
         )
-    for i, (opt, sd) in enumerate(zip(optimizers, optim["optimizers"])):
-        where = f"checkpoint {path!r}: optimizer {i}"
-        if not isinstance(sd, dict) or not isinstance(sd.get("state"), dict) \
-                or not isinstance(sd.get("param_groups"), list):
-            raise CheckpointError(f"{where} has an unknown structure.")
-        groups = sd["param_groups"]
-        if len(groups) != len(opt.param_groups) or any(
-                not isinstance(g, dict) or not isinstance(g.get("params"), list) or len(g["params"]) != len(o["params"])
-                for g, o in zip(groups, opt.param_groups)):
-            raise CheckpointError(f"{where} has other parameter groups than this learner's.")
-        params = [p for g in opt.param_groups for p in g["params"]]
-        ids = [pid for g in groups for pid in g["params"]]
-        for pid, param in zip(ids, params):
-            entry = sd["state"].get(pid)
-            if entry is None:
-                continue
-            if not isinstance(entry, dict):
-                raise CheckpointError(f"{where} has a malformed state for parameter {pid}.")
-            for key, value in entry.items():
-                if isinstance(value, torch.Tensor) and value.dim() > 0 and value.shape != param.shape:
-                    raise CheckpointError(f"{where}: {key} of parameter {pid} is {tuple(value.shape)}, "
-                                          f"the parameter {tuple(param.shape)}.")
-    for i, sd in enumerate(optim["schedulers"]):
-        if not isinstance(sd, dict):
-            raise CheckpointError(f"checkpoint {path!r}: scheduler {i} has an unknown structure.")
+    for what, check, objects, states in (("optimizer", check_optimizer_state, optimizers, optim["optimizers"]),
+                                         ("scheduler", check_scheduler_state, schedulers, optim["schedulers"])):
+        for i, (obj, sd) in enumerate(zip(objects, states)):
+            try:
+                check(sd, obj)
+            except ValueError as exc:
+                raise CheckpointError(f"checkpoint {path!r}: optim.pt: {what} {i}: {exc}.") from exc
+
+
+def _check_stateful(path: str, extras: Any, state: TrainingState) -> list[Any]:
+    """Check callbacks.pt's structure and each saved state against the kinds its object's state has now;
+    returns those current states (copies), to roll back to should a `load_state_dict` raise."""
+    holders = state.stateful
+    if (not isinstance(extras, dict) or not isinstance(extras.get("states"), list)
+            or len(extras["states"]) != len(holders) or not isinstance(extras.get("extra", {}), dict)):
+        raise CheckpointError(f"checkpoint {path!r}: callbacks.pt does not hold the {len(holders)} saved states.")
+    objects = [*holders, *([("extra_state", state.extra)] if state.extra is not None else [])]
+    saved = [*extras["states"], extras.get("extra", {})]
+    befores = []
+    for (slot, holder), sd in zip(objects, saved):
+        before = holder.state_dict()
+        try:
+            if not isinstance(sd, dict):
+                raise ValueError(f"it is {type(sd).__name__}, not a dict")
+            check_like(sd, before, "state")
+        except ValueError as exc:
+            raise CheckpointError(f"checkpoint {path!r}: callbacks.pt: the state of {slot} "
+                                  f"({type(holder).__name__}) does not fit it: {exc}.") from exc
+        befores.append(_copy(before))
+    return befores
+
+
+def _load_stateful(path: str, extras: dict[str, Any], state: TrainingState, befores: list[Any]) -> None:
+    """Load the checked user and learner states; when a `load_state_dict` raises, give every object loaded
+    so far (the failing one included) its state from before, then raise CheckpointError."""
+    objects = [*state.stateful, *([("extra_state", state.extra)] if state.extra is not None else [])]
+    touched = []
+    for (slot, holder), sd, before in zip(objects, [*extras["states"], extras.get("extra", {})], befores):
+        touched.append((slot, holder, before))
+        try:
+            holder.load_state_dict(sd)
+        except Exception as exc:
+            failed = []
+            for done_slot, done, old in reversed(touched):
+                try:
+                    done.load_state_dict(old)
+                except Exception:  # report it, and keep restoring the others
+                    failed.append(done_slot)
+            outcome = f"could not restore {failed} to their states before" if failed else "nothing was loaded"
+            raise CheckpointError(f"checkpoint {path!r}: callbacks.pt: {slot} ({type(holder).__name__}) refused "
+                                  f"its saved state ({type(exc).__name__}: {exc}); {outcome}.") from exc
 
 
 # ----- reading ---------------------------------------------------------------------------
 
 
 def _read_state(path: str) -> dict[str, Any]:
-    file = path if os.path.basename(path) == STATE_FILE else os.path.join(path, STATE_FILE)
+    directory = os.path.dirname(path) if os.path.basename(path) == STATE_FILE else path
     try:
-        with open(file, encoding="utf-8") as f:
-            state = json.load(f)
+        state = read_state_json(directory)
     except FileNotFoundError as exc:
         raise CheckpointError(f"{path!r} is not a checkpoint: {STATE_FILE} is missing.") from exc
-    except (OSError, UnicodeDecodeError, json.JSONDecodeError) as exc:
-        raise CheckpointError(f"checkpoint {path!r} has a corrupt {STATE_FILE}: {exc}") from exc
+    except (OSError, ValueError) as exc:
+        raise CheckpointError(f"checkpoint {path!r} has a corrupt {STATE_FILE}: {exc}.") from exc
     version = state.get("format_version") if isinstance(state, dict) else None
-    if version != FORMAT_VERSION:
+    if isinstance(version, bool) or version not in READABLE_FORMATS:
         raise CheckpointError(f"checkpoint {path!r} has an unknown format (format_version={version!r}, "
-                              f"this library reads {FORMAT_VERSION}).")
-    _check_schema(path, state)
+                              f"this library reads {', '.join(map(str, READABLE_FORMATS))}).")
+    try:
+        check_schema(state)
+    except ValueError as exc:
+        raise CheckpointError(f"checkpoint {path!r} has a corrupt {STATE_FILE}: {exc}.") from exc
     return state
 
 
-def _check_schema(path: str, state: dict[str, Any]) -> None:
-    def bad(what: str) -> CheckpointError:
-        return CheckpointError(f"checkpoint {path!r} has a corrupt {STATE_FILE}: {what}.")
-
-    def is_int(v: Any) -> bool:
-        return isinstance(v, int) and not isinstance(v, bool)
-
-    for key, kind in (("learner", str), ("run_id", str), ("config", dict), ("tokenizers", list),
-                      ("shapes", dict), ("stateful", list), ("progress", dict)):
-        if not isinstance(state.get(key), kind):
-            raise bad(f"{key!r} is missing or not a {kind.__name__}")
-    if not is_int(state.get("sequence")) or state["sequence"] < 0:
-        raise bad("'sequence' is not a non-negative int")
-    if not is_int(state.get("num_agents")) or state["num_agents"] < 1:
-        raise bad("'num_agents' is not a positive int")
-    progress = state["progress"]
-    if not all(is_int(progress.get(k)) and progress[k] >= 0 for k in _PROGRESS_KEYS):
-        raise bad(f"'progress' needs non-negative ints {list(_PROGRESS_KEYS)}")
-    wandb_id = state.get("wandb")
-    if wandb_id is not None and not (isinstance(wandb_id, dict) and isinstance(wandb_id.get("id"), str)):
-        raise bad("'wandb' is neither null nor an identity with an 'id'")
-    for key in ("files", "data"):
-        if state.get(key) is not None and not isinstance(state[key], dict):
-            raise bad(f"{key!r} is not an object")
-
-
-def _load_pt(path: str, name: str) -> Any:
+def _load_pt(path: str, name: str, f: BinaryIO) -> Any:
     try:
-        return torch.load(os.path.join(path, name), map_location="cpu", weights_only=True)
-    except Exception as exc:
-        raise CheckpointError(f"checkpoint {path!r}: cannot read {name} safely ({type(exc).__name__}: {exc})") from exc
+        return torch.load(f, map_location="cpu", weights_only=True)
+    except Exception as exc:  # any unpickling error, RecursionError included
+        raise CheckpointError(f"checkpoint {path!r}: cannot read {name} safely ({type(exc).__name__}: "
+                              f"{str(exc)[:300]})") from exc
 
 
 # ----- helpers ----------------------------------------------------------------------------
@@ -464,16 +439,16 @@ def _warn_if_inexact(path: str, saved: dict[str, Any] | None, now: dict[str, Any
             InexactResumeWarning, stacklevel=4)
 
 
-def _portable(field: str) -> bool:
-    return field in PORTABLE_FIELDS or field.endswith("_dir")
+def _file_names(modules: dict[str, Any]) -> list[str]:
+    """Every file of a checkpoint but state.json, relative to its directory."""
+    return [*(f"models/{n}.safetensors" for n in modules), *_DATA_FILES]
 
 
-def _stateful_slots(state: TrainingState) -> list[list[str]]:
-    return [[slot, type(h).__name__] for slot, h in state.stateful]
-
-
-def _describe(stateful: list) -> str:
-    return "[" + ", ".join(f"{s} ({c})" for s, c in stateful) + "]" if stateful else "no stateful objects"
+def _copy(obj: Any) -> Any:
+    try:
+        return copy.deepcopy(obj)
+    except Exception:  # an object that cannot be copied: roll back to the state_dict() as returned
+        return obj
 
 
 def _expand(path: str | os.PathLike) -> str:

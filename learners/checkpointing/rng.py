@@ -9,6 +9,7 @@ state in rank order, and `restore_rng` gives each rank its own back.
 
 from __future__ import annotations
 
+import math
 import random
 import warnings
 from typing import Any
@@ -90,10 +91,14 @@ def _check_one(state: Any) -> None:
         raise TypeError(f"expected a dict, got {type(state).__name__}")
     random.Random().setstate(_python_state(state["python"]))
     np.random.RandomState().set_state(_numpy_state_tuple(state["numpy"]))
-    torch.Generator().set_state(state["torch"])
+    cpu = state["torch"]
+    if not isinstance(cpu, torch.Tensor) or cpu.dtype != torch.uint8 or cpu.shape != torch.get_rng_state().shape:
+        raise TypeError("the torch CPU state must be a uint8 tensor of the size torch.get_rng_state() has")
+    torch.Generator().set_state(cpu)
     cuda = state.get("cuda", [])
-    if not isinstance(cuda, list) or not all(isinstance(t, torch.Tensor) and t.dtype == torch.uint8 for t in cuda):
-        raise TypeError("CUDA states must be a list of uint8 tensors")
+    if not isinstance(cuda, list) or not all(isinstance(t, torch.Tensor) and t.dtype == torch.uint8 and t.dim() == 1
+                                             for t in cuda):
+        raise TypeError("CUDA states must be a list of 1-d uint8 tensors")
 
 
 def _numpy_state() -> dict[str, Any]:
@@ -107,8 +112,15 @@ def _python_state(py: Any) -> tuple:
 
 
 def _numpy_state_tuple(state: dict[str, Any]) -> tuple:
+    """The `np.random.set_state` tuple of a saved numpy state, refusing what numpy would wrap or accept silently
+    (keys outside [0, 2**32), a position past the key table, a NaN cached gaussian)."""
     keys = state["keys"]
-    if not isinstance(keys, torch.Tensor) or keys.shape != (624,):
-        raise ValueError("numpy keys must be 624 integers")
-    return (state["name"], keys.numpy().astype(np.uint32), int(state["pos"]), int(state["has_gauss"]),
-            float(state["cached"]))
+    if not isinstance(keys, torch.Tensor) or keys.shape != (624,) or keys.dtype != torch.int64:
+        raise ValueError("numpy keys must be 624 int64 integers")
+    if bool(((keys < 0) | (keys >= 2**32)).any()):
+        raise ValueError("numpy keys must lie in [0, 2**32)")
+    pos, has_gauss, cached = int(state["pos"]), int(state["has_gauss"]), float(state["cached"])
+    if state["name"] != "MT19937" or not 0 <= pos <= 624 or has_gauss not in (0, 1) or not math.isfinite(cached):
+        raise ValueError(f"numpy state (name {state['name']!r}, pos {pos}, has_gauss {has_gauss}, cached "
+                         f"{cached}) is not an MT19937 state")
+    return (state["name"], keys.numpy().astype(np.uint32), pos, has_gauss, cached)

@@ -2,8 +2,8 @@
 
 `write_weights` drops tied aliases (an embedding shared with the LM head is
 stored once, under its first name) and clones views of one storage
-(safetensors refuses shared memory); `read_weights` loads the files and checks
-that names, shapes and dtypes match the modules before anything is copied.
+(safetensors refuses shared memory); `read_weights` loads a file (memory-mapped) and checks
+that names, shapes and dtypes match the modules, and that the values are finite, before anything is copied.
 """
 
 from __future__ import annotations
@@ -12,6 +12,8 @@ import os
 
 import torch
 from safetensors.torch import load_file, save_file
+
+from learners.checkpointing.validation import all_finite
 
 __all__ = ["read_weights", "write_weights"]
 
@@ -28,28 +30,29 @@ def write_weights(modules: dict[str, torch.nn.Module], directory: str) -> dict[s
     return shapes
 
 
-def read_weights(directory: str, modules: dict[str, torch.nn.Module]) -> dict[str, dict[str, torch.Tensor]]:
-    """Read each module's `directory/{name}.safetensors` (CPU tensors by key), copying nothing into the modules.
+def read_weights(name: str, file: str, module: torch.nn.Module) -> dict[str, torch.Tensor]:
+    """Read the safetensors `file` of module `name` (CPU tensors by key), copying nothing into `module`.
 
-    Raises ValueError when a file is unreadable or its names, shapes or dtypes differ from the module's.
+    Raises ValueError when the file does not parse, the names, shapes or dtypes differ from the module's, or
+    a tensor holds NaN or infinity where the module's is a parameter or is finite now.
     """
-    tensors = {}
-    for name, module in modules.items():
-        try:
-            sd = load_file(os.path.join(directory, f"{name}.safetensors"))
-        except Exception as exc:
-            raise ValueError(f"cannot read the {name} weights ({exc}).") from exc
-        own = module.state_dict()
-        expected = set(_untie(own))
-        if set(sd) != expected:
-            missing, extra = sorted(expected - set(sd))[:3], sorted(set(sd) - expected)[:3]
-            raise ValueError(f"{name} parameters do not match this model (missing {missing}, unexpected {extra}).")
-        for k, v in sd.items():
-            if own[k].shape != v.shape or own[k].dtype != v.dtype:
-                raise ValueError(f"{name}.{k} is {tuple(v.shape)} {v.dtype}, the model has "
-                                 f"{tuple(own[k].shape)} {own[k].dtype}.")
-        tensors[name] = sd
-    return tensors
+    try:
+        sd = load_file(file)
+    except Exception as exc:
+        raise ValueError(f"cannot read the {name} weights ({exc}).") from exc
+    own = module.state_dict()
+    expected = set(_untie(own))
+    if set(sd) != expected:
+        missing, extra = sorted(expected - set(sd))[:3], sorted(set(sd) - expected)[:3]
+        raise ValueError(f"{name} parameters do not match this model (missing {missing}, unexpected {extra}).")
+    params = {k for k, _ in module.named_parameters()}
+    for k, v in sd.items():
+        if own[k].shape != v.shape or own[k].dtype != v.dtype:
+            raise ValueError(f"{name}.{k} is {tuple(v.shape)} {v.dtype}, the model has "
+                             f"{tuple(own[k].shape)} {own[k].dtype}.")
+        if not all_finite(v) and (k in params or all_finite(own[k])):
+            raise ValueError(f"{name}.{k} holds NaN or infinite values.")
+    return sd
 
 
 def _untie(sd: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:

@@ -3,24 +3,29 @@ settings derived from them are `learners.rollout.GenerationSettings`.
 
 Fields keep the reference library's names and meanings; where its default was a bug the field's docstring
 says so. Each learner's config extends `LearnerConfig` with its own fields (`MAGRPOConfig`, `IACConfig`,
-`MAACConfig`, `MARLHFConfig`); `__post_init__` validates every field before anything heavy happens.
+`MAACConfig`, `MARLHFConfig`); `__post_init__` validates every field before anything heavy happens. The
+numeric fields' rules are one table per class, `NUMBERS` (a `learners.rollout.settings.Number` per field:
+finite, an int where it counts, in range), which `check_numbers` applies to the class's and its bases' fields.
 """
 
 from __future__ import annotations
 
 import dataclasses
 import difflib
-from typing import Any, Iterable
+from typing import Any, ClassVar, Iterable
 
 from learners.rollout.settings import (
+    SAMPLING_NUMBERS,
     GenerationSettings,
+    Number,
     agent_value,
     check_agent_count,
+    check_numbers,
     check_sampling,
     per_agent_values,
 )
 
-__all__ = ["ALIASES", "LearnerConfig", "OTHER_NAMES", "canonicalize", "check_positive"]
+__all__ = ["ALIASES", "LearnerConfig", "OTHER_NAMES", "canonicalize"]
 
 ALIASES: dict[str, dict[Any, str]] = {
     "joint_mode": {"align": "aligned"},
@@ -95,16 +100,6 @@ def canonicalize(cfg: Any, name: str, choices: Iterable[Any]) -> None:
     if value not in choices:
         raise ValueError(f"{name} must be one of {', '.join(map(str, choices))}, got {given!r}.")
     setattr(cfg, name, value)
-
-
-def check_positive(cfg: Any, *names: str, allow_none: bool = False) -> None:
-    """Raise a ValueError for each field in `names` that is not a positive number (or None, if allowed)."""
-    for name in names:
-        value = getattr(cfg, name)
-        if value is None and allow_none:
-            continue
-        if isinstance(value, bool) or not isinstance(value, (int, float)) or value <= 0:
-            raise ValueError(f"{name} must be a positive number{' or None' if allow_none else ''}, got {value!r}.")
 
 
 @dataclasses.dataclass
@@ -238,19 +233,37 @@ class LearnerConfig(metaclass=ConfigMeta):
     verbose: bool = True
     """Show the progress bar."""
 
+    NUMBERS: ClassVar[dict[str, Number]] = {
+        "num_train_epochs": Number(low=1, integer=True),
+        "num_agents": Number(low=1, integer=True, optional=True, fix="None takes it from the constructor."),
+        "seed": Number(low=0, high=2**31 - 1, integer=True),  # numpy seeds seed + rank, below 2**32
+        "episodes_per_epoch": Number(low=1, integer=True, optional=True),
+        "rollout_buffer_size": Number(low=1, integer=True),
+        "max_rollout_samples": Number(low=1, integer=True, optional=True, fix="None lifts the limit."),
+        "num_turns": Number(low=1, integer=True),
+        "discount": Number(low=0, high=1),
+        "early_termination_threshold": Number(optional=True, fix="None never ends an episode early."),
+        **SAMPLING_NUMBERS,  # max_new_tokens, temperature, top_p, top_k (each also per agent), max_prompt_length
+        "agent_learning_rate": Number(low=0, low_open=True),
+        "weight_decay": Number(low=0),
+        "max_grad_norm": Number(low=0, low_open=True, optional=True, fix="None disables clipping."),
+        "warmup_steps": Number(low=0, integer=True),
+        "train_batch_size": Number(low=1, integer=True, optional=True, fix="None takes all of a rollout."),
+        "reference_kl_coef": Number(low=0),
+        "gradient_accumulation_steps": Number(low=1, integer=True, fix="Use 1 to step on whole minibatches."),
+        "eval_interval": Number(low=0, integer=True, fix="0 evaluates only when evaluate() is called."),
+        "eval_num_samples": Number(low=0, integer=True),
+        "eval_batch_size": Number(low=1, integer=True),
+        "logging_steps": Number(low=1, integer=True),
+        "log_completions_steps": Number(low=1, integer=True, optional=True, fix="None logs no completions."),
+    }
+    """The rule of each numeric field (`Number`), checked at construction; subclasses add theirs."""
+
     def __post_init__(self) -> None:
-        check_positive(self, "num_train_epochs", "agent_learning_rate", "num_turns", "rollout_buffer_size",
-                       "logging_steps", "eval_batch_size")
-        check_positive(self, "num_agents", "train_batch_size", "episodes_per_epoch", "max_prompt_length",
-                       "log_completions_steps", "max_rollout_samples", allow_none=True)
         check_sampling(self)
+        check_numbers(self)
         if self.num_agents is not None:
             self.check_per_agent(self.num_agents)
-        for name in ("eval_interval", "eval_num_samples", "warmup_steps"):
-            if getattr(self, name) < 0:
-                raise ValueError(f"{name} must be >= 0, got {getattr(self, name)}.")
-        if not 0.0 <= self.discount <= 1.0:
-            raise ValueError(f"discount must be in [0, 1], got {self.discount}.")
         canonicalize(self, "lr_scheduler_type", ("constant", "linear", "cosine"))
         if self.mixed_precision not in (None, "bf16"):
             raise ValueError(f"mixed_precision must be None or 'bf16', got {self.mixed_precision!r}.")
@@ -263,17 +276,6 @@ class LearnerConfig(metaclass=ConfigMeta):
                              "wandb_config=...).")
         if "tensorboard" in sinks and self.output_dir is None:
             raise ValueError("report_to='tensorboard' writes into output_dir: set output_dir=...")
-        if self.reference_kl_coef < 0:
-            raise ValueError(f"reference_kl_coef must be >= 0, got {self.reference_kl_coef}.")
-        if self.max_grad_norm is not None and self.max_grad_norm <= 0:
-            raise ValueError(f"max_grad_norm must be > 0 or None, got {self.max_grad_norm}.")
-        steps = self.gradient_accumulation_steps
-        if isinstance(steps, bool) or not isinstance(steps, int):
-            raise TypeError(f"gradient_accumulation_steps must be an int, got {steps!r}; use e.g. 1 (no accumulation) "
-                            "or 4.")
-        if steps < 1:
-            raise ValueError(f"gradient_accumulation_steps must be >= 1, got {steps}; use 1 to step on whole "
-                             "minibatches.")
 
     def generation_settings(self) -> "GenerationSettings":
         """How the agents sample under this config (the rollout engine's settings)."""

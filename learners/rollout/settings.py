@@ -1,17 +1,25 @@
-"""How agents sample (`GenerationSettings`), and the one rule for settings that take one value for every
-seat or one value per seat.
+"""How agents sample (`GenerationSettings`), the one rule for settings that take one value for every seat or
+one value per seat, and the one rule for numeric settings (`Number`).
 
 A learner derives its `GenerationSettings` from its config (`LearnerConfig.generation_settings()`); the
 rollout engine hands each agent's own values (`for_agent`) to the generation backend.
+
+Every numeric field of a settings dataclass (these and the learner configs) has a `Number` in its class's
+`NUMBERS` table (`number_rules` merges a class's and its bases'); `check_numbers` applies them at
+construction: a finite number, an int where the field counts something, in range, or None where None
+means "off". A bad value raises naming the field, the value and the fix.
 """
 
 from __future__ import annotations
 
 import dataclasses
-from typing import Any, Callable, Iterable
+import math
+import numbers
+import operator
+from typing import Any, Callable, ClassVar, Iterable
 
-__all__ = ["GenerationSettings", "PER_AGENT_FIELDS", "SETTINGS_PER_AGENT", "agent_value", "check_agent_count",
-           "check_sampling", "per_agent_values"]
+__all__ = ["GenerationSettings", "Number", "PER_AGENT_FIELDS", "SAMPLING_NUMBERS", "SETTINGS_PER_AGENT", "agent_value",
+           "check_agent_count", "check_numbers", "check_sampling", "number_rules", "per_agent_values"]
 
 
 PER_AGENT_FIELDS = ("max_new_tokens", "temperature", "top_p", "top_k", "use_chat_template", "stop_strings")
@@ -57,30 +65,143 @@ def check_agent_count(settings: Any, count: int, names: Iterable[str] = PER_AGEN
                              f"agent{'s' * (count != 1)}; give one value or one per agent.")
 
 
-def _number(v: Any) -> bool:
-    return isinstance(v, (int, float)) and not isinstance(v, bool)
+@dataclasses.dataclass(frozen=True)
+class Number:
+    """What a numeric setting may hold: a finite number (an int when `integer`) within `low` and `high` (each
+    excluded when its `*_open` flag is set), or None when `optional`. `why` follows the range in an error
+    message (" for a group baseline"); `fix` is the sentence that ends it (else the field's default is named).
+    """
+
+    low: float | None = None
+    high: float | None = None
+    integer: bool = False
+    optional: bool = False
+    low_open: bool = False
+    high_open: bool = False
+    why: str = ""
+    fix: str = ""
+
+    def requirement(self) -> str:
+        """The range as a message says it: ">= 1", "> 0", "in [0, 1)", "<= 2" (or the kind without bounds),
+        with " or None" when optional."""
+        return (self.bounds() or ("an int" if self.integer else "a finite number")) + (" or None" if self.optional
+                                                                                        else "")
+
+    def bounds(self) -> str:
+        """The bounds alone (">= 1", "in (0, 1]"), or "" when there are none."""
+        if self.low is not None and self.high is not None:
+            return (f"in {'(' if self.low_open else '['}{_plain(self.low)}, {_plain(self.high)}"
+                    f"{')' if self.high_open else ']'}")
+        if self.low is not None:
+            return f"{'>' if self.low_open else '>='} {_plain(self.low)}"
+        if self.high is not None:
+            return f"{'<' if self.high_open else '<='} {_plain(self.high)}"
+        return ""
+
+    def check(self, name: str, value: Any, default: Any = None, given: str = "") -> Any:
+        """`value` as a plain int or float (numpy scalars included), or None; raise TypeError (not a number, or
+        not a whole one where an int counts) or ValueError (NaN, infinite, out of range) naming `name`, `value`
+        and the fix. `given` is added after the value (the whole per-agent list)."""
+        if value is None and self.optional:
+            return None
+        kind = "an int" if self.integer else "a number"
+        named = f"The default is {default!r}." if default is not None or self.optional else ""
+        fix = self.fix or named
+        if isinstance(value, bool) or not isinstance(value, numbers.Real):
+            raise TypeError(f"{name} must be {kind}{' or None' if self.optional else ''}, got {_shown(value)} "
+                            f"({type(value).__name__}){given}. {fix}".rstrip())
+        if self.integer:
+            try:
+                value = operator.index(value)
+            except TypeError:
+                whole = f"Use a whole number, e.g. {round(value)}." if math.isfinite(value) else fix
+                raise TypeError(f"{name} must be an int, got {_shown(value)} ({type(value).__name__}){given}. "
+                                f"{whole}".rstrip()) from None
+        elif not isinstance(value, (int, float)):
+            value = float(value)  # numpy floats and other Reals: a plain float, as JSON writes it
+        if not self.integer and not math.isfinite(_as_float(value)):
+            finite = " ".join(filter(None, ("a finite number", self.bounds(), "or None" if self.optional else "")))
+            raise ValueError(f"{name} must be {finite}, got {_shown(value)}{given}. {named}".rstrip())
+        if not self._in_range(value):
+            raise ValueError(f"{name} must be {self.requirement()}{self.why}, got {_shown(value)}{given}. "
+                             f"{fix}".rstrip())
+        return value
+
+    def _in_range(self, value: float) -> bool:
+        if self.low is not None and (value <= self.low if self.low_open else value < self.low):
+            return False
+        return self.high is None or (value < self.high if self.high_open else value <= self.high)
+
+
+SAMPLING_NUMBERS: dict[str, Number] = {
+    "max_new_tokens": Number(low=1, integer=True),
+    "temperature": Number(low=0, low_open=True, fix="Use eval_greedy for greedy decoding."),
+    "top_p": Number(low=0, high=1, low_open=True, fix="1.0 disables nucleus sampling."),
+    "top_k": Number(low=1, integer=True, optional=True, fix="None disables top-k."),
+    "max_prompt_length": Number(low=1, integer=True, optional=True, fix="None keeps prompts whole."),
+}
+"""The numeric sampling settings, as `LearnerConfig` and `GenerationSettings` share them."""
+
+
+def number_rules(cls: type) -> dict[str, Number]:
+    """The `Number` of each numeric field of the settings class `cls`: its `NUMBERS` and its bases' (nearest wins)."""
+    rules: dict[str, Number] = {}
+    for klass in reversed(cls.__mro__):
+        rules.update(vars(klass).get("NUMBERS", {}))
+    return rules
+
+
+def check_numbers(settings: Any) -> None:
+    """Check every numeric field of the dataclass `settings` against `number_rules(type(settings))`, each agent's
+    value of a per-agent field on its own; plain ints and floats replace numpy scalars."""
+    defaults = {f.name: f.default for f in dataclasses.fields(settings)}
+    for name, rule in number_rules(type(settings)).items():
+        value = getattr(settings, name)
+        values = per_agent_values(name, value) if name in SETTINGS_PER_AGENT else None
+        default = defaults.get(name, dataclasses.MISSING)
+        default = None if default is dataclasses.MISSING else default
+        if values is None:
+            setattr(settings, name, rule.check(name, value, default))
+        else:
+            given = f" ({name}={_shown(value)})"
+            setattr(settings, name, [rule.check(f"{name}[{i}]", v, default, given) for i, v in enumerate(values)])
+
+
+def _as_float(value: float) -> float:
+    try:
+        return float(value)
+    except OverflowError:  # an int beyond the float range
+        return math.inf
+
+
+def _shown(value: Any) -> str:
+    """repr(value), at most 80 characters; never raises (an int over the 4300-digit limit)."""
+    try:
+        text = repr(value)
+    except ValueError:
+        return f"<an int of about {int(value.bit_length() * 0.30103)} digits>"
+    return text if len(text) <= 80 else text[:77] + "..."
+
+
+def _plain(bound: float) -> str:
+    return str(int(bound)) if float(bound).is_integer() else str(bound)
 
 
 def _strings(v: Any) -> bool:
     return v is None or isinstance(v, str) or (isinstance(v, list) and all(isinstance(s, str) for s in v))
 
 
-_SAMPLING_CHECKS: dict[str, tuple[Callable[[Any], bool], type[Exception], str, str]] = {
-    "max_new_tokens": (lambda v: _number(v) and v > 0, ValueError, "a positive number", ""),
-    "temperature": (lambda v: _number(v) and v > 0, ValueError, "> 0", "; use eval_greedy for greedy decoding"),
-    "logprob_temperature": (lambda v: _number(v) and v > 0, ValueError, "> 0", ""),
-    "top_p": (lambda v: _number(v) and 0 < v <= 1, ValueError, "in (0, 1]", "; 1.0 disables nucleus sampling"),
-    "top_k": (lambda v: v is None or (_number(v) and v > 0), ValueError, "a positive number or None",
-              "; None disables top-k"),
-    "use_chat_template": (lambda v: isinstance(v, bool), TypeError, "True or False", ""),
-    "stop_strings": (_strings, TypeError, "a list of strings or None", ""),
+_SAMPLING_CHECKS: dict[str, tuple[Callable[[Any], bool], str]] = {
+    "use_chat_template": (lambda v: isinstance(v, bool), "True or False"),
+    "stop_strings": (_strings, "a list of strings or None"),
 }
-"""Per sampling field: the test each agent's value passes, the error, the requirement and the fix."""
+"""The sampling fields that are not numbers: the test each agent's value passes and the requirement."""
 
 
 def check_sampling(settings: Any, names: Iterable[str] = PER_AGENT_FIELDS) -> None:
     """Turn the per-agent tuples of the fields `names` of `settings` into lists (configs round-trip through JSON),
-    then check every agent's value; a bad one raises naming the field, the agent, the value and the fix."""
+    then check every agent's value of the fields that are not numbers (`check_numbers` checks those); a bad one
+    raises a TypeError naming the field, the agent, the value and the requirement."""
     for name in names:
         value = getattr(settings, name)
         if name == "stop_strings" and isinstance(value, tuple):
@@ -89,13 +210,14 @@ def check_sampling(settings: Any, names: Iterable[str] = PER_AGENT_FIELDS) -> No
         if values is not None:
             value = [list(v) if name == "stop_strings" and isinstance(v, tuple) else v for v in values]
         setattr(settings, name, value)
-        test, error, requirement, fix = _SAMPLING_CHECKS[name]
+        if name not in _SAMPLING_CHECKS:
+            continue
+        test, requirement = _SAMPLING_CHECKS[name]
         labelled = [(name, value)] if values is None else [(f"{name}[{i}]", v) for i, v in enumerate(value)]
         for label, v in labelled:
             if not test(v):
                 given = "" if values is None else f" ({name}={value!r})"
-                raise error(f"{label} must be {requirement}, got {v!r}{given}{fix}.")
-
+                raise TypeError(f"{label} must be {requirement}, got {v!r}{given}.")
 
 
 @dataclasses.dataclass
@@ -126,8 +248,12 @@ class GenerationSettings:
     batch_adapters: bool = True
     """LoRA agents on one shared base sample together in one batch, each row through its own adapter."""
 
+    NUMBERS: ClassVar[dict[str, Number]] = {**SAMPLING_NUMBERS, "logprob_temperature": Number(low=0, low_open=True)}
+    """The rule of each numeric field (`Number`), checked at construction."""
+
     def __post_init__(self) -> None:
         check_sampling(self, SETTINGS_PER_AGENT)
+        check_numbers(self)
 
     def check_per_agent(self, count: int) -> None:
         """Raise a ValueError when a field has per-agent values but not `count` of them."""
