@@ -45,7 +45,7 @@ from learners.models.agents import resolve_sources, save_pretrained_with_head
 from learners.models.critics import CausalLMWithValueHead, ValueHead, load_critics
 from learners.parallel.placement import resolve_devices
 from learners.rollout import Rollout, SampleBatch
-from learners.rollout.scoring import token_logprobs
+from learners.rollout.scoring import engine_correction, token_logprobs
 from rewards.models import encode_joint_texts, joint_text
 
 __all__ = [
@@ -205,7 +205,7 @@ class ActorCritic(Learner):
         rollout = self.collect(roots, cfg.num_generations)
         t0 = time.perf_counter()
         old_logprobs = [self.old_logprobs(a, rollout) for a in range(self.num_agents)] if cfg.reference_kl_enabled else None
-        kl = (reference_kl(self.reference_models, rollout.samples, old_logprobs, self.seat_temperatures())
+        kl = (reference_kl(self.reference_models, rollout.samples, old_logprobs, self.scoring_supports())
               if cfg.reference_kl_enabled else None)
         rewards = rollout.rewards if kl is None else rollout.rewards - cfg.reference_kl_coef * kl
         old_values = self.critic_values(rollout)  # (C, S)
@@ -214,9 +214,12 @@ class ActorCritic(Learner):
         actor_adv = adv if adv.shape[0] == self.num_agents else adv.expand(self.num_agents, -1)
         if cfg.advantage_normalization:
             actor_adv = normalize_per_turn(actor_adv, rollout.turn)
-        metrics = self.update(rollout, actor_adv, old_values, targets, old_logprobs)
+        corrected, old_logprobs, correction = engine_correction(self.agents, rollout.samples, self.scoring_supports(),
+                                                                actor_adv, old_logprobs, cfg.correction_cap)
+        metrics = self.update(rollout, corrected, old_values, targets, old_logprobs)
         metrics["perf/seconds_update"] = time.perf_counter() - t0
         metrics.update(rollout_metrics(rollout, actor_adv, kl))
+        metrics.update(correction)
         for c in range(old_values.shape[0]):
             metrics[f"train/critic_{c}/value_mean"] = float(old_values[c].mean())
             metrics[f"train/critic_{c}/target_mean"] = float(targets[c].mean())
@@ -241,7 +244,7 @@ class ActorCritic(Learner):
         """One optimizer step of actor `a` on the samples `idx` (`adv`: `(A, S)`)."""
         old = None if old_logprobs is None else old_logprobs[a]
         metrics = policy_step(self.agents[a], self.optimizers[a], rollout.samples[a], rollout.acting(a, idx), adv[a],
-                              old, self.args, self.dist, temperature=self.args.logprob_temperature_of(self.seats[a]))
+                              old, self.args, self.dist, temperature=self.engine.backend.support(a))
         return {f"train/agent_{a}/{name}": value for name, value in metrics.items()}
 
     def critic_step(self, c: int, rollout: Rollout, idx: torch.Tensor, old_values: torch.Tensor,
@@ -356,7 +359,7 @@ class IAC(ActorCritic):
         if with_logprobs:
             T = batch.completion_ids.shape[1]
             logits = model.get_output_embeddings()(hidden[:, P - 1:P + T - 1])
-            logprobs = token_logprobs(logits, batch.completion_ids.to(device), cfg.logprob_temperature_of(self.seats[a]))
+            logprobs = token_logprobs(logits, batch.completion_ids.to(device), self.engine.backend.support(a))
             logprobs = logprobs * batch.completion_mask.to(device)
         return values.float(), logprobs
 

