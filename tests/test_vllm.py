@@ -124,25 +124,35 @@ def test_logged_ratio_of_a_training_step_is_one(model_dir):
 # ----- four LoRA agents, one engine, weights that follow training ------------------------------------------
 
 
-def test_four_lora_agents_sample_in_one_engine_call_per_turn_and_follow_every_step(model_dir):
-    learner = magrpo(model_dir, "vllm", num_agents=4, peft_config=LORA, agent_learning_rate=5e-2,
-                     train_batch_size=1, n=4, max_new_tokens=6)
-    backend = learner.engine.backend
-    assert len(backend.engines) == 1 and learner.engine.shared_base is not None
+def fixed_completion(learner):
+    """One prompt and a fixed completion of it, as a `SampleBatch`."""
     tok = learner.tokenizers[0]
-    ids, mask = encode_prompts(tok, backend.agent_settings[0], ["def add(a, b):"])
+    ids, mask = encode_prompts(tok, learner.engine.backend.agent_settings[0], ["def add(a, b):"])
     fixed = torch.tensor([tok(" return a + b", add_special_tokens=False)["input_ids"] + [tok.eos_token_id]])
-    batch = SampleBatch(ids, mask, fixed, torch.ones_like(fixed), [""])
+    return SampleBatch(ids, mask, fixed, torch.ones_like(fixed), [""])
+
+
+def check_after_every_step(learner, batch):
+    """After each optimizer step: max |engine - trainer| log-prob of `batch` for the agent that stepped."""
     checks = []
 
     def check(optimizer, *args, **kwargs):
         a = next(i for i, o in enumerate(learner.optimizers) if o is optimizer)
         with torch.no_grad():
             trainer = completion_logprobs(learner.agents[a], batch)
-        checks.append(float((backend.score(a, batch) - trainer).abs().max()))
+        checks.append(float((learner.engine.backend.score(a, batch) - trainer).abs().max()))
 
     for optimizer in learner.optimizers:
         optimizer.register_step_post_hook(check)
+    return checks
+
+
+def test_four_lora_agents_sample_in_one_engine_call_per_turn_and_follow_every_step(model_dir):
+    learner = magrpo(model_dir, "vllm", num_agents=4, peft_config=LORA, agent_learning_rate=5e-2,
+                     train_batch_size=1, n=4, max_new_tokens=6)
+    backend, batch = learner.engine.backend, fixed_completion(learner)
+    assert len(backend.engines) == 1 and learner.engine.shared_base is not None
+    checks = check_after_every_step(learner, batch)
     calls = backend.engine_calls
     learner.learn()
     assert backend.engine_calls - calls == learner.rollouts_done == 2  # one call per turn (1 turn per episode)
@@ -151,6 +161,21 @@ def test_four_lora_agents_sample_in_one_engine_call_per_turn_and_follow_every_st
     with torch.no_grad():
         moved = [float(completion_logprobs(learner.agents[a], batch).sum()) for a in range(4)]
     assert len({round(x, 4) for x in moved}) == 4  # each agent trained its own adapter
+
+
+def test_full_weights_follow_every_step_in_their_own_engines(model_dir):
+    learner = magrpo(model_dir, "vllm", agent_learning_rate=5e-2, train_batch_size=1, n=4, max_new_tokens=6)
+    backend, batch = learner.engine.backend, fixed_completion(learner)
+    assert len(backend.engines) == 2
+    with torch.no_grad():
+        before = completion_logprobs(learner.agents[0], batch)
+    checks = check_after_every_step(learner, batch)
+    metrics = learner.learn()
+    assert len(checks) == 2 * learner.optimizer_steps and len(checks) >= 4
+    assert max(checks) < 1e-4, checks
+    with torch.no_grad():
+        assert (completion_logprobs(learner.agents[0], batch) - before).abs().max() > 1e-2  # the weights moved
+    assert metrics["perf/seconds_weight_sync"] > 0.0
 
 
 # ----- mapping, greedy, stop strings, fixed seats ---------------------------------------------------------------
