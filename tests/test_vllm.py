@@ -88,14 +88,16 @@ def magrpo(model_dir, backend, **overrides):
 
 @pytest.mark.parametrize("sampling", [dict(temperature=0.7, top_k=None, top_p=1.0),
                                       dict(temperature=0.7, top_k=50, top_p=1.0),
-                                      dict(temperature=1.0, top_k=None, top_p=0.9)],
-                         ids=["top_k-off", "top_k-50", "top_p-0.9"])
+                                      dict(temperature=1.0, top_k=None, top_p=0.9),
+                                      dict(temperature=0.7, top_k=50, top_p=0.9, tempered_logprobs=False)],
+                         ids=["top_k-off", "top_k-50", "top_p-0.9", "raw"])
 def test_trainer_recompute_on_the_engine_support_matches_the_engine(peaked_dir, sampling):
     learner = magrpo(peaked_dir, "vllm", num_agents=2, max_new_tokens=16, **sampling)
     backend = learner.engine.backend
     batches = backend.generate_all([PROMPTS, PROMPTS[::-1]], 8)
     for a, batch in enumerate(batches):
-        assert backend.support(a) == Support(sampling["temperature"], sampling["top_k"], sampling["top_p"])
+        expected = Support(sampling["temperature"], sampling["top_k"], sampling["top_p"])
+        assert backend.support(a) == (expected if sampling.get("tempered_logprobs", True) else Support(1.0))
         with torch.no_grad():
             trainer = completion_logprobs(learner.agents[a], batch, backend.support(a))
         assert batch.completion_mask.sum() > 8 * len(PROMPTS)
@@ -105,7 +107,7 @@ def test_trainer_recompute_on_the_engine_support_matches_the_engine(peaked_dir, 
     for a in range(2):
         assert abs(metrics[f"train/agent_{a}/rollout_ratio_mean"] - 1.0) < 1e-3
         assert metrics[f"train/agent_{a}/rollout_ratio_masked"] == 0.0
-    if sampling["top_k"] == 50:  # the common mistake: the full vocabulary on the trainer's side biases the ratio
+    if sampling["top_k"] == 50 and sampling["top_p"] == 1.0:  # the common mistake: the full vocabulary on the trainer's side biases the ratio
         with torch.no_grad():
             full = completion_logprobs(learner.agents[0], batches[0], sampling["temperature"])
         gap = (full - batches[0].logprobs) * batches[0].completion_mask  # log of the kept mass, per token
