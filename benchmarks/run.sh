@@ -29,6 +29,13 @@ $PY benchmarks/adapters.py --model $W/qwen31m --repeats "${REPEATS:-3}"
 if [ "${SKIP_135M:-0}" != 1 ]; then
     $PY benchmarks/adapters.py --model $W/smollm2 --repeats "${REPEATS_135M:-1}"
 fi
+echo "## generation backends: HF against vLLM, 1 agent and 4 LoRA agents (in .venv-vllm: make test-vllm builds it)"
+VPY=.venv-vllm/bin/python
+$VPY benchmarks/vllm_backend.py --model $W/tiny64 --repeats "${REPEATS:-3}"
+$VPY benchmarks/vllm_backend.py --model $W/qwen31m --repeats "${REPEATS:-3}"
+if [ "${SKIP_135M:-0}" != 1 ]; then
+    $VPY benchmarks/vllm_backend.py --model $W/smollm2 --repeats "${REPEATS_135M:-1}"
+fi
 echo "## LoRA: 4 agents sharing one base vs one fully fine-tuned agent (peak memory)"
 $PY benchmarks/lora_memory.py --model $W/qwen31m --agents 4
 if [ "${SKIP_135M:-0}" != 1 ]; then

@@ -45,7 +45,7 @@ from learners.models.agents import resolve_sources, save_pretrained_with_head
 from learners.models.critics import CausalLMWithValueHead, ValueHead, load_critics
 from learners.parallel.placement import resolve_devices
 from learners.rollout import Rollout, SampleBatch
-from learners.rollout.scoring import token_logprobs
+from learners.rollout.scoring import engine_correction, token_logprobs
 from learners.rollout.settings import Number
 from rewards.models import encode_joint_texts, joint_text
 
@@ -208,7 +208,7 @@ class ActorCritic(Learner):
         rollout = self.collect(roots, cfg.num_generations)
         t0 = time.perf_counter()
         old_logprobs = [self.old_logprobs(a, rollout) for a in range(self.num_agents)] if cfg.reference_kl_enabled else None
-        kl = (reference_kl(self.reference_models, rollout.samples, old_logprobs, self.seat_temperatures())
+        kl = (reference_kl(self.reference_models, rollout.samples, old_logprobs, self.scoring_supports())
               if cfg.reference_kl_enabled else None)
         rewards = rollout.rewards if kl is None else rollout.rewards - cfg.reference_kl_coef * kl
         old_values = self.critic_values(rollout)  # (C, S)
@@ -217,9 +217,12 @@ class ActorCritic(Learner):
         actor_adv = adv if adv.shape[0] == self.num_agents else adv.expand(self.num_agents, -1)
         if cfg.advantage_normalization:
             actor_adv = normalize_per_turn(actor_adv, rollout.turn)
-        metrics = self.update(rollout, actor_adv, old_values, targets, old_logprobs)
+        corrected, old_logprobs, correction = engine_correction(self.agents, rollout.samples, self.scoring_supports(),
+                                                                actor_adv, old_logprobs, cfg.correction_cap)
+        metrics = self.update(rollout, corrected, old_values, targets, old_logprobs)
         metrics["perf/seconds_update"] = time.perf_counter() - t0
         metrics.update(rollout_metrics(rollout, actor_adv, kl))
+        metrics.update(correction)
         for c in range(old_values.shape[0]):
             metrics[f"train/critic_{c}/value_mean"] = float(old_values[c].mean())
             metrics[f"train/critic_{c}/target_mean"] = float(targets[c].mean())
@@ -245,7 +248,7 @@ class ActorCritic(Learner):
         agents = self.model_agents()[m]
         parts = [PolicyBatch(rollout.samples[a], rollout.acting(a, idx), adv[a],
                              None if old_logprobs is None else old_logprobs[a],
-                             self.args.logprob_temperature_of(self.seats[a])) for a in agents]
+                             self.engine.backend.support(a)) for a in agents]
         metrics = policy_step(self.agents[agents[0]], self.optimizers[m], parts, self.args, self.dist)
         return {f"train/agent_{a}/{name}": value for a in agents for name, value in metrics.items()}
 
@@ -271,8 +274,7 @@ class ActorCritic(Learner):
                           self.args.value_clip_range)
 
     def _load_critics(self, sources: list[Any], count: int, hidden_dim: int | None, per_seat: bool = False) -> None:
-        """Load the critics (with value heads) on their devices, and their optimizers and schedules. One critic
-        per trained agent (IAC) takes `critic_devices` per seat, as `agent_devices`; a joint one takes one device."""
+        """Load the critics (value heads on) on their devices (IAC's per seat), their optimizers and schedules."""
         cfg: ActorCriticConfig = self.args
         if per_seat:
             devices = resolve_devices(cfg.critic_devices, self.num_seats, what="critic", default=self.devices,
@@ -369,7 +371,7 @@ class IAC(ActorCritic):
         if with_logprobs:
             T = batch.completion_ids.shape[1]
             logits = model.get_output_embeddings()(hidden[:, P - 1:P + T - 1])
-            logprobs = token_logprobs(logits, batch.completion_ids.to(device), cfg.logprob_temperature_of(self.seats[a]))
+            logprobs = token_logprobs(logits, batch.completion_ids.to(device), self.engine.backend.support(a))
             logprobs = logprobs * batch.completion_mask.to(device)
         return values.float(), logprobs
 
@@ -426,8 +428,7 @@ class IAC(ActorCritic):
         return metrics
 
     def _save_extra_models(self, output_dir: str) -> None:
-        """Separate critics go to `agent_{seat}/critic/` (with `value_head.pt`); shared heads are saved with the
-        agent."""
+        """Separate critics go to `agent_{seat}/critic/` (`value_head.pt` in it); heads are saved with the agent."""
         for i, critic in enumerate(self.critics):
             save_pretrained_with_head(critic, os.path.join(output_dir, self.seat_name(i), "critic"), self.tokenizers[i])
 

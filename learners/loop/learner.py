@@ -61,7 +61,8 @@ from learners.models.lora import attach_adapters
 from learners.parallel.distributed import Distributed
 from learners.parallel.placement import check_shared_devices, resolve_devices
 from learners.rollout import Rollout, RolloutEngine, check_rollout_size
-from learners.rollout.scoring import sampled_logprobs
+from learners.rollout.backends.vllm import VLLMBackend
+from learners.rollout.scoring import Support, sampled_logprobs
 
 __all__ = ["Learner", "LearnerConfig"]
 
@@ -178,10 +179,13 @@ class Learner(abc.ABC):
                 policy.prepare(cfg.generation_settings().for_agent(seat), seat_devices[seat], self.model_config,
                                given_tokenizer[seat] if per_seat and len(given_tokenizer) == self.num_seats
                                else None if per_seat else given_tokenizer)
-        self.engine = RolloutEngine(self.agents, self.tokenizers, cfg.generation_settings(), self.fixed)
+        vllm = cfg.generation_backend == "vllm"  # else the engine's own HFBackend
+        backend = VLLMBackend.from_config(cfg, self.agents, self.tokenizers, self.seats) if vllm else None
+        self.engine = RolloutEngine(self.agents, self.tokenizers, cfg.generation_settings(), self.fixed, backend)
         # One optimizer and schedule per model: a model in several seats (self-play) steps once per minibatch.
         self.optimizers = [adamw(self.agents[a[0]].parameters(), cfg.agent_learning_rate, cfg.weight_decay)
                            for a in self.model_agents()]
+        self.engine.backend.follow([self.optimizers[m] for m in self.model_index])  # weights reach the backend
         self.schedulers = [self._scheduler(o) for o in self.optimizers]
         self.relabel: Callable[[Rollout], Rollout] | None = None  # MARLHF: its reward model's scores as rewards
         self.wrapper: Any = None  # a learner driving this one (MARLHF): its state joins checkpoints
@@ -306,9 +310,9 @@ class Learner(abc.ABC):
 
     def collect(self, roots: list[TextParallelEnv], num_generations: int, rollout_mode: str = "parallel",
                 joint_mode: str = "aligned") -> Rollout:
-        """Play the reset `roots` to the end with the current agents (training sampling), apply `relabel`,
-        and count the joint actions played into `env_steps`."""
+        """Play the reset `roots` to the end (training sampling), apply `relabel`, count into `env_steps`."""
         rollout = self.engine.collect(roots, num_generations, rollout_mode, joint_mode, self.args.discount)
+        rollout.timings.update(self.engine.backend.finish_rollout())  # e.g. the seconds of weight sync
         if self.relabel is not None:
             rollout = self.relabel(rollout)
         self.env_steps += int(self.dist.sum(rollout.num_joint_actions))
@@ -347,8 +351,7 @@ class Learner(abc.ABC):
     # ----- the training state (checkpoints) ---------------------------------------
 
     def training_state(self, epoch: int | None = None) -> TrainingState:
-        """Everything a checkpoint holds, as plain data; the data order is fingerprinted at `epoch`
-        (default: the current one)."""
+        """Everything a checkpoint holds, as plain data; the data order fingerprinted at `epoch` (default: now)."""
         optimizers, schedulers = self.checkpoint_optimizers()
         order = self.epoch_order(self.env, self.epoch if epoch is None else epoch)
         return TrainingState(
@@ -415,8 +418,7 @@ class Learner(abc.ABC):
         return list(self.optimizers), list(self.schedulers)
 
     def extra_state(self) -> dict[str, Any]:
-        """Learner-specific state (tensors, numbers, strings) for checkpoints: the step and completion
-        counters, and the wrapper's state."""
+        """Learner-specific state for checkpoints: the step and completion counters, and the wrapper's state."""
         state: dict[str, Any] = {"counters": [self.optimizer_steps, self.completions_sampled]}
         return {**state, "wrapper": self.wrapper.state_dict()} if self.wrapper is not None else state
 
@@ -456,16 +458,16 @@ class Learner(abc.ABC):
         return chunks + [torch.zeros(0, dtype=torch.long)] * (steps - len(chunks))
 
     def old_logprobs(self, a: int, rollout: Rollout) -> torch.Tensor:
-        """log pi_old of agent `a`'s sampled tokens `(S, T)`: as kept by the sampling loop, or (after a
-        `generate` fallback) from one batched no-grad forward."""
+        """log pi_old of agent `a`'s sampled tokens `(S, T)`: as sampled, or else one batched no-grad forward."""
         samples = rollout.samples[a]
         if samples.logprobs is not None:
             return samples.logprobs
-        return sampled_logprobs(self.agents[a], samples, temperature=self.args.logprob_temperature_of(self.seats[a]))
+        return sampled_logprobs(self.agents[a], samples, temperature=self.engine.backend.support(a))
 
-    def seat_temperatures(self) -> list[float]:
-        """The temperature each trained agent's tokens are scored at (its seat's `logprob_temperature_of`)."""
-        return [self.args.logprob_temperature_of(s) for s in self.seats]
+    def scoring_supports(self) -> list[Support]:
+        """The distribution each trained agent's tokens are scored under: its generation backend's
+        (`GenerationBackend.support`: the seat's `logprob_temperature_of`, and with vLLM its top-k/top-p)."""
+        return [self.engine.backend.support(a) for a in range(self.num_agents)]
 
     def _autocast(self) -> torch.autocast:
         """bfloat16 autocast on the agents' device type when `mixed_precision="bf16"` (else a no-op)."""
@@ -485,8 +487,7 @@ class Learner(abc.ABC):
                 fn(self, *args)
 
     def _run_config(self) -> dict[str, Any]:
-        """What the run logs as its settings: the config, plus the env's own turn count (which a registered
-        env sets itself, whatever `num_turns` the config holds)."""
+        """What the run logs as its settings: the config, plus the env's own turn count and seats."""
         return {"learner": type(self).__name__, "num_agents": self.num_agents, **dataclasses.asdict(self.args),
                 "env_num_turns": self.env.num_turns, **self._seat_record()}
 

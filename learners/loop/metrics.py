@@ -64,6 +64,8 @@ def rollout_metrics(rollout: Rollout, advantages: torch.Tensor, kl: torch.Tensor
     m["perf/seconds_generate"] = rollout.timings["generate"]
     m["perf/seconds_env"] = rollout.timings["env"]
     m["perf/tokens_per_second"] = tokens / max(rollout.timings["generate"], 1e-9)
+    if "weight_sync" in rollout.timings:  # a generation engine's copy of the trained weights (part of generate)
+        m["perf/seconds_weight_sync"] = rollout.timings["weight_sync"]
     return m
 
 

@@ -1,15 +1,23 @@
-"""Scoring sampled tokens: the one log-prob gather that the sampler and the trainer share.
+"""Scoring sampled tokens: the one log-prob gather that the samplers and the trainer share.
 
-    log pi(y_t | x, y_<t) = log softmax(z_t / temperature)[y_t]          (`token_logprobs`)
+    log pi(y_t | x, y_<t) = z_t,y / T - logsumexp_{v in K_t} z_t,v / T          (`token_logprobs`)
 
-The sampling loop keeps it for every token it draws (the behaviour policy's log-probs); the learners
-recompute it with gradients over a `SampleBatch` (`completion_logprobs`), so the ratio's two sides always
-score the same tokens under the same softmax.
+over a `Support` (T, top_k, top_p): K_t is the whole vocabulary for a plain temperature, or the tokens that
+top-k and top-p truncation keep at step t (plus y_t itself). The HF sampler keeps full-vocabulary log-probs
+(its support is `Support(T)`); vLLM's `processed_logprobs` are normalised over the kept tokens, so the
+trainer scores a vLLM rollout on `Support(T, top_k, top_p)`: the two sides then agree and a ratio of 1 means
+the same policy. The learners recompute it with gradients over a `SampleBatch` (`completion_logprobs`).
+
+`engine_correction` weighs each sample by its sequence-level trainer/engine ratio when an engine (vLLM)
+sampled the rollout:
+
+    r_s = exp( 1/|y_s| sum_t (log pi_trainer(y_st) - log pi_engine(y_st)) ),   w_s = r_s if r_s <= cap else 0.
 """
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
+import dataclasses
+from typing import TYPE_CHECKING, Sequence
 
 import torch
 
@@ -18,17 +26,71 @@ from learners.rollout.samples import SampleBatch
 if TYPE_CHECKING:
     from transformers import PreTrainedModel
 
-__all__ = ["completion_logprobs", "sampled_logprobs", "token_logprobs"]
+__all__ = ["Support", "completion_logprobs", "engine_correction", "kept_tokens", "outside_nucleus",
+           "sampled_logprobs", "sequence_ratio", "token_logprobs"]
 
 
-def token_logprobs(logits: torch.Tensor, tokens: torch.Tensor, temperature: float = 1.0) -> torch.Tensor:
-    """log softmax(logits / temperature) at `tokens`: `(..., V)` logits and `(...)` ids give `(...)` float32."""
-    z = logits.float() if temperature == 1.0 else logits.float() / temperature
-    return z.gather(-1, tokens.unsqueeze(-1)).squeeze(-1) - z.logsumexp(-1)
+@dataclasses.dataclass(frozen=True)
+class Support:
+    """The distribution a token is scored under: softmax(z / temperature) renormalised over the kept tokens:
+    the `top_k` largest logits (None: all; ties with the k-th kept), then, among those, the smallest set of
+    most likely tokens whose mass reaches `top_p` (1.0: all), plus the scored token itself (so a token the
+    rule would drop still scores finite). `Support(T)` is the full vocabulary at temperature T."""
+
+    temperature: float = 1.0
+    top_k: int | None = None
+    top_p: float = 1.0
+
+    def truncates(self, vocab_size: int) -> bool:
+        """Whether any token can fall outside it (else scoring is a plain log-softmax)."""
+        return (self.top_k is not None and 0 < self.top_k < vocab_size) or self.top_p < 1.0
 
 
-def completion_logprobs(model: "PreTrainedModel", batch: SampleBatch, temperature: float = 1.0) -> torch.Tensor:
-    """Per-token log softmax(z / temperature)(completion token | prompt, previous tokens), 0 off the mask: `(S, T)`.
+def as_support(temperature: float | Support) -> Support:
+    """A temperature alone is the full vocabulary at that temperature."""
+    return temperature if isinstance(temperature, Support) else Support(float(temperature))
+
+
+def outside_nucleus(ascending: torch.Tensor, top_p: float) -> torch.Tensor:
+    """For logits sorted ascending along the last axis: True where the token lies outside the nucleus, the
+    smallest set of most likely tokens whose probability mass reaches `top_p` (the most likely token stays).
+    Example: probabilities [.1, .3, .6] and top_p .8 -> [True, False, False]."""
+    drop = ascending.softmax(-1).cumsum(-1) <= 1 - top_p
+    drop[..., -1] = False
+    return drop
+
+
+def kept_tokens(z: torch.Tensor, top_k: int | None, top_p: float) -> torch.Tensor:
+    """Boolean `(..., V)`: the tokens top-k then top-p keep at each position of the (tempered) logits `z`."""
+    with torch.no_grad():
+        shape, V = z.shape, z.shape[-1]
+        flat = z.reshape(-1, V)
+        keep = torch.ones_like(flat, dtype=torch.bool)
+        if top_k is not None and 0 < top_k < V:
+            keep = flat >= flat.topk(top_k, dim=-1).values[:, -1:]
+        if top_p < 1.0:
+            ascending, order = flat.masked_fill(~keep, float("-inf")).sort(dim=-1)
+            drop = outside_nucleus(ascending, top_p)
+            keep = keep & ~drop.scatter(-1, order, drop)  # back to vocabulary order
+        return keep.reshape(shape)
+
+
+def token_logprobs(logits: torch.Tensor, tokens: torch.Tensor, temperature: float | Support = 1.0) -> torch.Tensor:
+    """log pi(tokens) under `temperature` (a float: the full vocabulary) or a `Support`: `(..., V)` logits and
+    `(...)` ids give `(...)` float32 (see the module docstring)."""
+    support = as_support(temperature)
+    z = logits.float() if support.temperature == 1.0 else logits.float() / support.temperature
+    picked = z.gather(-1, tokens.unsqueeze(-1)).squeeze(-1)
+    if not support.truncates(z.shape[-1]):
+        return picked - z.logsumexp(-1)
+    keep = kept_tokens(z.detach(), support.top_k, support.top_p).scatter_(-1, tokens.unsqueeze(-1), True)
+    return picked - z.masked_fill(~keep, float("-inf")).logsumexp(-1)
+
+
+def completion_logprobs(model: "PreTrainedModel", batch: SampleBatch,
+                        temperature: float | Support = 1.0) -> torch.Tensor:
+    """Per-token log pi(completion token | prompt, previous tokens) under `temperature` (or a `Support`),
+    0 off the mask: `(S, T)`.
 
     One forward over the whole batch; positions follow the attention mask as in
     `generate`, and logits are computed only for the completion positions.
@@ -49,7 +111,7 @@ def completion_logprobs(model: "PreTrainedModel", batch: SampleBatch, temperatur
 
 
 def sampled_logprobs(model: "PreTrainedModel", batch: SampleBatch, rows: int = 16,
-                     temperature: float = 1.0) -> torch.Tensor:
+                     temperature: float | Support = 1.0) -> torch.Tensor:
     """`completion_logprobs` without gradients, `rows` sequences per forward (bounds the logits' memory), on CPU."""
     out = torch.zeros(batch.completion_ids.shape, dtype=torch.float32)
     with torch.no_grad():
@@ -58,3 +120,42 @@ def sampled_logprobs(model: "PreTrainedModel", batch: SampleBatch, rows: int = 1
             part = completion_logprobs(model, batch.select(idx), temperature).cpu()
             out[idx, : part.shape[1]] = part
     return out
+
+
+def sequence_ratio(trainer: torch.Tensor, engine: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
+    """r_s = exp(mean over the sampled tokens of log pi_trainer - log pi_engine) `(S,)` (1 for a row without
+    tokens). The mean, not the sum, keeps a long completion's ratio from compounding per-token noise.
+    Example: token log-ratios [0.2, 0.0] -> exp(0.1)."""
+    mask = mask.float()
+    diff = ((trainer.float() - engine.float()) * mask).sum(-1)
+    return (diff / mask.sum(-1).clamp(min=1)).exp()
+
+
+def engine_correction(models: Sequence["PreTrainedModel"], samples: Sequence[SampleBatch],
+                      supports: Sequence[Support], advantages: torch.Tensor, old: list[torch.Tensor] | None,
+                      cap: float | None) -> tuple[torch.Tensor, list[torch.Tensor] | None, dict[str, float]]:
+    """The sequence-level correction of a rollout an engine sampled: each agent's trainer log-probs at the
+    sampling weights (no gradient, on its `supports[a]`), the `sequence_ratio` r_s against the engine's kept
+    log-probs, and advantages `(A, S)` times w_s = r_s, or 0 where r_s > `cap` (the sample is masked).
+
+    Returns the corrected advantages, the trainer log-probs (the PPO ratio's pi_old from here on) and, per
+    agent, `rollout_ratio_mean` (over samples with tokens) and `rollout_ratio_masked` (their share above cap).
+    With `cap` None (no correction) returns `advantages` and `old` as they are, and no metrics.
+    """
+    if cap is None:
+        return advantages, old, {}
+    weights, olds, metrics = torch.ones_like(advantages, dtype=torch.float32), [], {}
+    for a, (model, batch, support) in enumerate(zip(models, samples, supports, strict=True)):
+        if batch.logprobs is None:
+            raise ValueError(f"agent {a}'s samples carry no engine log-probs to correct against.")
+        trainer = sampled_logprobs(model, batch, temperature=support)
+        olds.append(trainer)
+        ratio = sequence_ratio(trainer, batch.logprobs[:, : trainer.shape[1]], batch.completion_mask)
+        masked = ratio > cap
+        weights[a] = torch.where(masked, 0.0, ratio)
+        sampled = batch.completion_mask.sum(-1) > 0
+        if not sampled.any():  # an agent that never moved in this rollout
+            sampled = torch.ones_like(sampled)
+        metrics[f"train/agent_{a}/rollout_ratio_mean"] = float(ratio[sampled].mean())
+        metrics[f"train/agent_{a}/rollout_ratio_masked"] = float(masked[sampled].float().mean())
+    return advantages * weights, olds, metrics

@@ -23,9 +23,10 @@ from learners.rollout.backends.sampling import (
     supports_lean_sampling,
 )
 from learners.rollout.samples import SampleBatch
+from learners.rollout.scoring import Support
 from learners.rollout.settings import GenerationSettings
 
-__all__ = ["HFBackend"]
+__all__ = ["HFBackend", "encode_prompts", "eos_token_ids"]
 
 
 class HFBackend:
@@ -91,23 +92,9 @@ class HFBackend:
 
     def encode(self, agent: int, prompts: list[str]) -> tuple[torch.Tensor, torch.Tensor]:
         """Left-padded token ids and attention mask of `prompts` under agent `agent`'s tokenizer, on its device."""
-        tok, cfg = self.tokenizers[agent], self.agent_settings[agent]
-        if cfg.use_chat_template:
-            texts = [tok.apply_chat_template([{"role": "user", "content": p}], tokenize=False, add_generation_prompt=True)
-                     for p in prompts]
-        else:
-            texts = prompts
-        enc = tok(
-            texts,
-            return_tensors="pt",
-            padding=True,
-            padding_side="left",
-            add_special_tokens=not cfg.use_chat_template,
-            truncation=cfg.max_prompt_length is not None,
-            max_length=cfg.max_prompt_length,
-        )
+        ids, mask = encode_prompts(self.tokenizers[agent], self.agent_settings[agent], prompts)
         device = self.agents[agent].device
-        return enc["input_ids"].to(device), enc["attention_mask"].to(device)
+        return ids.to(device), mask.to(device)
 
     def _samples(self, agent: int, ids: torch.Tensor, mask: torch.Tensor, completion: torch.Tensor,
                  logprobs: torch.Tensor | None, num_samples: int,
@@ -190,11 +177,19 @@ class HFBackend:
         return completion, None if recorder is None else recorder.lengths(completion.shape[1])
 
     def eos_ids(self, agent: int) -> list[int]:
-        """The ids that end agent `agent`'s completions: its generation config's EOS ids and its tokenizer's."""
-        ids = self.agents[agent].generation_config.eos_token_id
-        ids = [] if ids is None else [ids] if isinstance(ids, int) else list(ids)
-        eos = self.tokenizers[agent].eos_token_id
-        return sorted(set(ids) | ({eos} if eos is not None else set()))
+        """The ids that end agent `agent`'s completions (`eos_token_ids`)."""
+        return eos_token_ids(self.agents[agent], self.tokenizers[agent])
+
+    def support(self, agent: int) -> Support:
+        """The kept log-probs are over the full vocabulary at the agent's scoring temperature."""
+        return Support(self.agent_settings[agent].logprob_temperature)
+
+    def follow(self, optimizers: Sequence[torch.optim.Optimizer]) -> None:
+        """Nothing to do: this backend samples on the live models, so new weights are used at once."""
+
+    def finish_rollout(self) -> dict[str, float]:
+        """Nothing is held between rollouts and no weights are copied: no timings."""
+        return {}
 
     def prompt_rows(self, agent: int, prompts: list[str], num_samples: int) -> SampleBatch:
         """`num_samples` rows per prompt holding the prompt and no sampled token (an agent not to move:
@@ -204,3 +199,33 @@ class HFBackend:
         empty = torch.zeros(S, 0, dtype=torch.long)
         return SampleBatch(ids.repeat_interleave(num_samples, 0).cpu(), mask.repeat_interleave(num_samples, 0).cpu(),
                            empty, empty.clone(), [""] * S, torch.zeros(S, 0) if self.lean(agent) else None)
+
+
+def encode_prompts(tokenizer: PreTrainedTokenizerBase, settings: GenerationSettings,
+                   prompts: list[str]) -> tuple[torch.Tensor, torch.Tensor]:
+    """Left-padded token ids and attention mask `(B, P)` of `prompts`, on CPU: each rendered with the chat
+    template when `settings.use_chat_template` (then no other special tokens are added), truncated to
+    `settings.max_prompt_length` tokens. Every backend encodes prompts here, so they see the same ids."""
+    if settings.use_chat_template:
+        texts = [tokenizer.apply_chat_template([{"role": "user", "content": p}], tokenize=False,
+                                               add_generation_prompt=True) for p in prompts]
+    else:
+        texts = prompts
+    enc = tokenizer(
+        texts,
+        return_tensors="pt",
+        padding=True,
+        padding_side="left",
+        add_special_tokens=not settings.use_chat_template,
+        truncation=settings.max_prompt_length is not None,
+        max_length=settings.max_prompt_length,
+    )
+    return enc["input_ids"], enc["attention_mask"]
+
+
+def eos_token_ids(model: PreTrainedModel, tokenizer: PreTrainedTokenizerBase) -> list[int]:
+    """The ids that end a completion: the model's generation-config EOS ids and the tokenizer's EOS id."""
+    ids = model.generation_config.eos_token_id
+    ids = [] if ids is None else [ids] if isinstance(ids, int) else list(ids)
+    eos = tokenizer.eos_token_id
+    return sorted(set(ids) | ({eos} if eos is not None else set()))

@@ -8,9 +8,12 @@ checkpoints do not depend on which one sampled.
 
 from __future__ import annotations
 
-from typing import Any, Protocol
+from typing import Any, Protocol, Sequence
+
+import torch
 
 from learners.rollout.samples import SampleBatch
+from learners.rollout.scoring import Support
 
 __all__ = ["GenerationBackend"]
 
@@ -19,7 +22,7 @@ class GenerationBackend(Protocol):
     """Samples completions for a team of agents; rows are prompt-major (prompt p's sample k at p * K + k)."""
 
     name: str
-    """The `generation_backend` value that selects it (`"hf"`)."""
+    """The `generation_backend` value that selects it (`"hf"`, `"vllm"`)."""
     shared_base: Any
     """What every agent samples through in one call (`generate_all`), or None when each agent samples alone."""
 
@@ -33,3 +36,15 @@ class GenerationBackend(Protocol):
     def prompt_rows(self, agent: int, prompts: list[str], num_samples: int) -> SampleBatch:
         """Rows with agent `agent`'s prompts and no sampled token, shaped like its samples (for the turns
         it waits)."""
+
+    def support(self, agent: int) -> Support:
+        """The distribution the kept log-probs of agent `agent` are under; the trainer scores its tokens on
+        the same one, so the two sides of a ratio agree."""
+
+    def follow(self, optimizers: Sequence[torch.optim.Optimizer]) -> None:
+        """Keep generating with the trained weights: after `optimizers[a]` steps (or loads a state, on resume),
+        agent a's new weights reach the backend before its next sample."""
+
+    def finish_rollout(self) -> dict[str, float]:
+        """A rollout is over: release what generation holds until the next call (vLLM's sleep mode) and
+        return this rollout's extra timings in seconds (`weight_sync`), to log."""

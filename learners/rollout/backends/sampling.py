@@ -39,10 +39,10 @@ import torch
 from transformers import GenerationConfig, PreTrainedTokenizerBase, StoppingCriteria
 from transformers.generation.stopping_criteria import StopStringCriteria
 
-from learners.rollout.scoring import token_logprobs
+from learners.rollout.scoring import outside_nucleus, token_logprobs
 
-__all__ = ["StopRecorder", "draw_tokens", "filtered_probs", "mask_completions", "sample_completions", "sample_tokens",
-           "supports_lean_sampling"]
+__all__ = ["StopRecorder", "draw_tokens", "filtered_probs", "logits_processor_fields", "mask_completions",
+           "sample_completions", "sample_tokens", "supports_lean_sampling"]
 
 # Generation-config fields that add a logits processor when they differ from the defaults.
 _PROCESSOR_FIELDS = (
@@ -72,8 +72,7 @@ def _candidates(logits: torch.Tensor, temperature: float, top_k: int | None,
         z, index = torch.topk(z, top_k, dim=-1)  # sorted, most likely first
     if top_p < 1.0:
         ascending, order = torch.sort(z, dim=-1)
-        drop = ascending.softmax(-1).cumsum(-1) <= 1 - top_p
-        drop[:, -1] = False  # always keep the most likely token
+        drop = outside_nucleus(ascending, top_p)
         z = z.masked_fill(drop.scatter(-1, order, drop), float("-inf"))
     return z.softmax(-1), index
 
@@ -115,9 +114,15 @@ def supports_lean_sampling(model: torch.nn.Module) -> bool:
         return False
     if "logits_to_keep" not in inspect.signature(base.forward).parameters:
         return False
-    config, default = getattr(base, "generation_config", None), GenerationConfig()
-    return config is None or all(
-        getattr(config, f, None) in (None, getattr(default, f, None)) for f in _PROCESSOR_FIELDS)
+    return not logits_processor_fields(model)
+
+
+def logits_processor_fields(model: torch.nn.Module) -> list[str]:
+    """The fields of the model's generation config that add a logits processor to `generate` (e.g.
+    `repetition_penalty`), set to something other than their default."""
+    config, default = getattr(_base_model(model), "generation_config", None), GenerationConfig()
+    return [] if config is None else [
+        f for f in _PROCESSOR_FIELDS if getattr(config, f, None) not in (None, getattr(default, f, None))]
 
 
 @torch.no_grad()

