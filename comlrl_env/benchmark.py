@@ -37,6 +37,7 @@ each of an env's `reference_bots()` (OpenSpiel games: random and MCTS) in every 
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import math
 import os
@@ -54,8 +55,8 @@ from comlrl_env.policies import FixedPolicy
 from comlrl_env.registry import make
 from comlrl_env.suites import suites
 
-__all__ = ["Policy", "empty_policy", "evaluate_policy", "fixed_team", "markdown_table", "run_suite", "scripted_policies",
-           "team_table"]
+__all__ = ["Episodes", "Policy", "empty_policy", "evaluate_policy", "fixed_team", "markdown_table", "play_episodes",
+           "run_suite", "scripted_policies", "seated", "team_table"]
 
 Policy = Callable[[list[dict[AgentID, str]], list[TextParallelEnv]], list[dict[AgentID, str]]]
 METRICS = ("reward_mean", "success_rate", "invalid_action_rate", "tokens_per_episode", "episodes_per_second")
@@ -71,18 +72,36 @@ def canonical_policy(observations: list[dict[AgentID, str]], envs: list[TextPara
     return [env.canonical_actions() for env in envs]
 
 
+def seated(policies: Sequence[Policy]) -> Policy:
+    """One benchmark policy from one policy per seat (a league match, a bot beside a model): seat i's policy is
+    asked, in one call, for agent i's action in the envs where agent i is to move, and sees only agent i's
+    observation; a waiting seat answers ""."""
+    def team(observations: list[dict[AgentID, str]], envs: list[TextParallelEnv]) -> list[dict[AgentID, str]]:
+        actions: list[dict[AgentID, str]] = [dict.fromkeys(obs, "") for obs in observations]
+        for agent, policy in zip(envs[0].possible_agents, policies):
+            rows = [k for k, env in enumerate(envs) if agent in observations[k] and agent in env.to_move()]
+            if rows:
+                answers = policy([{agent: observations[k][agent]} for k in rows], [envs[k] for k in rows])
+                for k, answer in zip(rows, answers):
+                    actions[k][agent] = answer.get(agent, "")
+        return actions
+
+    return team
+
+
 def fixed_team(policies: Sequence[FixedPolicy]) -> Policy:
     """Fixed policies (one per seat, or one for every seat) as a benchmark policy: each is asked, in one call,
     for the envs where its seat is to move; a waiting seat answers ""."""
+    def fixed(policy: FixedPolicy) -> Policy:
+        def one_seat(observations: list[dict[AgentID, str]], envs: list[TextParallelEnv]) -> list[dict[AgentID, str]]:
+            (agent,) = observations[0]  # `seated` asks for one seat
+            return [{agent: text} for text in policy.act(envs, agent, 1)]
+        return one_seat
+
     def team(observations: list[dict[AgentID, str]], envs: list[TextParallelEnv]) -> list[dict[AgentID, str]]:
-        actions: list[dict[AgentID, str]] = [dict.fromkeys(obs, "") for obs in observations]
-        for s, agent in enumerate(envs[0].possible_agents):
-            rows = [k for k, env in enumerate(envs) if agent in observations[k] and agent in env.to_move()]
-            if rows:
-                policy = policies[s] if len(policies) > 1 else policies[0]
-                for k, text in zip(rows, policy.act([envs[k] for k in rows], agent, 1)):
-                    actions[k][agent] = text
-        return actions
+        seats = len(envs[0].possible_agents)
+        return seated([fixed(policies[s] if len(policies) > 1 else policies[0]) for s in range(seats)])(
+            observations, envs)
 
     return team
 
@@ -98,43 +117,68 @@ def scripted_policies(env: TextParallelEnv) -> dict[str, Policy]:
     return out
 
 
-def evaluate_policy(env: str | TextParallelEnv, policy: Policy, episodes: int, seed: int = 0,
-                    samples_per_task: int = 1) -> dict[str, float]:
-    """Play `episodes` task instances of `env`, each `samples_per_task` times, with `policy` in lockstep;
-    return the metrics of the module docstring."""
+@dataclasses.dataclass
+class Episodes:
+    """What `play_episodes` saw: each episode's undiscounted return per agent and the agents whose answer forfeited
+    it (`infos[agent]["forfeit"]`, as a game reports it), and the actions per agent."""
+
+    returns: list[dict[AgentID, float]]
+    forfeited: list[list[AgentID]]
+    invalid: dict[AgentID, int]  # actions flagged invalid
+    actions: dict[AgentID, int]  # actions taken (an agent's turns to move)
+    seconds: float
+
+
+def play_episodes(env: TextParallelEnv, policy: Policy, episodes: int, seed: int = 0,
+                  samples_per_task: int = 1) -> Episodes:
+    """Play `episodes` task instances of `env` (instances 0.. of a finite task set, else reset seeds
+    `seed + i`), each `samples_per_task` times, with `policy` in lockstep: one call per turn for the batch."""
     if episodes < 1 or samples_per_task < 1:
         raise ValueError(f"episodes and samples_per_task must be >= 1, got {episodes} and {samples_per_task}.")
-    template = make(env) if isinstance(env, str) else env
     live: list[TextParallelEnv] = []
     observations: list[dict[AgentID, str]] = []
-    finite = template.num_tasks is not None
+    agents = list(env.possible_agents)
     for j in range(samples_per_task):
         for i in range(episodes):
-            options = {"task_index": i % template.num_tasks} if finite else None
-            obs, _ = template.reset(seed=seed + i + j * episodes, options=options)
-            live.append(template.clone())
+            options = {"task_index": i % env.num_tasks} if env.num_tasks is not None else None
+            obs, _ = env.reset(seed=seed + i + j * episodes, options=options)
+            live.append(env.clone())
             observations.append(obs)
-    played = len(live)
     returns = [dict.fromkeys(e.possible_agents, 0.0) for e in live]
-    owner = list(range(played))
-    invalid = actions_taken = 0
-    tokens_before = getattr(policy, "tokens_generated", None)
+    forfeited: list[list[AgentID]] = [[] for _ in live]
+    owner = list(range(len(live)))
+    invalid, taken = dict.fromkeys(agents, 0), dict.fromkeys(agents, 0)
     start = time.perf_counter()
     while live:
         actions = policy(observations, live)
         next_live, next_obs, next_owner = [], [], []
-        for env, act, k in zip(live, actions, owner):
-            actions_taken += len(env.to_move())  # a waiting agent's text is ignored: not an action
-            obs, rew, term, trunc, infos = env.step(act)
+        for copy, act, k in zip(live, actions, owner):
+            for agent in copy.to_move():  # a waiting agent's text is ignored: not an action
+                taken[agent] += 1
+            obs, rew, term, trunc, infos = copy.step(act)
             for agent, r in rew.items():
                 returns[k][agent] += r
-            invalid += sum("invalid_action" in infos.get(agent, {}) for agent in act)
-            if env.agents:
-                next_live.append(env)
+            for agent in act:
+                invalid[agent] += "invalid_action" in infos.get(agent, {})
+                if infos.get(agent, {}).get("forfeit"):
+                    forfeited[k].append(agent)
+            if copy.agents:
+                next_live.append(copy)
                 next_obs.append(obs)
                 next_owner.append(k)
         live, observations, owner = next_live, next_obs, next_owner
-    seconds = time.perf_counter() - start
+    return Episodes(returns, forfeited, invalid, taken, time.perf_counter() - start)
+
+
+def evaluate_policy(env: str | TextParallelEnv, policy: Policy, episodes: int, seed: int = 0,
+                    samples_per_task: int = 1) -> dict[str, float]:
+    """Play `episodes` task instances of `env`, each `samples_per_task` times, with `policy` in lockstep
+    (`play_episodes`); return the metrics of the module docstring."""
+    template = make(env) if isinstance(env, str) else env
+    tokens_before = getattr(policy, "tokens_generated", None)
+    played_episodes = play_episodes(template, policy, episodes, seed, samples_per_task)
+    returns, seconds = played_episodes.returns, played_episodes.seconds
+    played = len(returns)
     per_episode = [sum(r.values()) / len(r) for r in returns]
     mean = sum(per_episode) / played
     std = math.sqrt(sum((x - mean) ** 2 for x in per_episode) / (played - 1)) if played > 1 else 0.0
@@ -143,7 +187,7 @@ def evaluate_policy(env: str | TextParallelEnv, policy: Policy, episodes: int, s
         "reward_std": std,
         "reward_ci95": 1.96 * std / math.sqrt(played),
         "episodes": float(played),
-        "invalid_action_rate": invalid / max(actions_taken, 1),
+        "invalid_action_rate": sum(played_episodes.invalid.values()) / max(sum(played_episodes.actions.values()), 1),
         **{f"return_{agent}": sum(r[agent] for r in returns) / played for agent in template.possible_agents},
         "episodes_per_second": played / max(seconds, 1e-9),
     }

@@ -23,8 +23,9 @@ zero-sum and constant-sum games, "general" otherwise.
 **Observation.** A header line (game and seat), the game's observation string
 for that player (its information-state string when the game has no
 observation string; `view=` picks one), then, when the player is to move, its
-legal actions as text, one per line, a line saying what is accepted, and
-`Your action:`. A player who is not to move reads that its reply is ignored.
+legal actions as text, one per line, the answer rule (`action_text.answer_rule`)
+with what an invalid answer costs, and `Your action:`. A player who is not to
+move reads that its reply is ignored.
 
 **Turn-taking.** `env.to_move()` names the agents whose text counts now: the
 current player in a sequential game, every player with a legal action at a
@@ -33,31 +34,37 @@ simultaneous-move node (whose actions are applied together, in one `step`).
 it is not to move). The text of an agent not to move is ignored: never parsed,
 never flagged, never penalised. `infos[agent]["to_move"]` says the same.
 
-**Action format and parsing** (`parse_action`). The accepted text is a legal
-action's `action_to_string`, e.g. `Bet`, `x(1,1)`, `(Play 0)`, `[P0]Bid: 3`.
-The answer is matched against the legal actions in this order; the first rule
-that matches decides:
+**Action format** (`comlrl_env.action_text`, whose docstring has the rule in
+full). An answer plays an action only when it names exactly one legal action:
+the whole answer is that action's text (`action_to_string`, e.g. `Bet`,
+`x(1,1)`, `(Play 0)`, `[P0]Bid: 3`), compared with case, spacing, brackets and
+punctuation ignored, or one of its short forms (`1,1` for `x(1,1)`, `13` or
+`bid 13` for `[P0]Bid: 13`, `b` for `Bet`); or the answer has one line
+`Action: <text>`. An answer that names two or more actions, restates an
+observation (`is_echo`), uses lookalike letters, or names an occupied or
+malformed cell is invalid, and so is empty text or a non-`str`.
+`infos[agent]["invalid_action"]` gives the reason; model text never raises.
 
-1. exact: the answer, stripped of surrounding whitespace, is an action's text;
-2. the same, ignoring case;
-3. the action whose text occurs earliest in the answer as a whole word,
-   ignoring case ("I will bet now" -> `Bet`; not glued to a letter, digit or
-   underscore on either side, so `2-1` does not match inside `12-1`); at the
-   same position the longer text wins;
-4. the answer's first word, ignoring case, is a prefix of exactly one action's
-   text (`b` -> `Bet`, `lia` -> `Liar`);
-5. rules 2 and 3 on the actions' distinguishing parts: when all legal texts
-   share a prefix of 2 or more characters, each text without it (`3` for
-   `[P0]Bid: 3` when the others are `[P0]Bid: 1`, `[P0]Bid: 2`, ...: "bid 3"
-   and "3" both play `[P0]Bid: 3`).
+**Invalid actions** (`invalid_action=`):
 
-Anything else (empty text, a non-`str` action, an illegal or ambiguous answer)
-is an invalid action: `infos[agent]["invalid_action"]` gives the reason, a
-uniformly random legal action is played for that agent (drawn from the env's
-`np_random`), and `invalid_action_penalty` (default 1.0; constructor argument)
-is subtracted from that agent's reward only, once per invalid action, even in
-cooperative games. `infos[agent]["action_played"]` is the text that was played.
-Model text never raises.
+- `"forfeit"` (the default): the episode ends at once and the offending seat's
+  return becomes the game's minimum utility (`game.min_utility()`); in a game
+  whose players share one utility the whole team's does. In a zero-sum or
+  constant-sum game the other seats share what is left of the game's sum
+  (each at most `max_utility()`: a two-player zero-sum game pays them
+  `-min_utility()`, a win by forfeit); in a general-sum game they keep what
+  they were paid. `infos[agent]["forfeit"]` is True for the offenders.
+- `"random"`: a uniformly random legal action is played for the offender,
+  drawn from the episode's own fallback stream (seeded at reset, apart from
+  chance, so an invalid answer never changes later deals), and
+  `invalid_action_penalty` is subtracted from the offender's reward only, once
+  per invalid action. The penalty defaults to the game's utility range
+  (`max_utility() - min_utility()`) and may not be smaller: an episode with an
+  invalid action then returns at most the game's minimum, so an invalid move
+  never beats a legal one. `infos[agent]["action_played"]` is the text played.
+
+A game without a finite utility range (the mean-field games) needs
+`invalid_action="random"` and an explicit `invalid_action_penalty`.
 
 **Chance.** Chance outcomes are drawn from the env's `np_random` with the
 probabilities of `chance_outcomes()` as soon as a chance node is reached, so
@@ -70,12 +77,13 @@ episode). Games that sample chance internally from an `rng_seed` parameter
 **Reward.** A step's reward is the change of OpenSpiel's `state.returns()`
 over the step (the players' move and any chance moves after it): OpenSpiel's
 own per-move rewards for games that pay as they go, the final returns on the
-last step for games that pay at the end. So an episode's rewards add up to
-`state.returns()` (before penalties). Hanabi's `state.rewards()` repeats a
+last step for games that pay at the end. So an episode played to the end
+adds up to `state.returns()` (before penalties), and one that ends by forfeit to
+the forfeit returns. Hanabi's `state.rewards()` repeats a
 move's reward after the chance deal that follows it, which is why the change of
 returns is used rather than a sum of `rewards()`.
 
-**Termination.** The episode terminates when the OpenSpiel state is terminal.
+**Termination.** The episode terminates when the OpenSpiel state is terminal or a seat forfeits.
 `num_turns` is the game's `max_game_length()` (an upper bound on the number of
 decision steps), so the turn limit never cuts a game short.
 
@@ -87,19 +95,22 @@ action; `OpenSpielBot("mcts", seed=0, simulations=100, rollouts=1)` runs
 OpenSpiel's MCTS with random rollouts (sequential, perfect-information games
 with terminal rewards). Both return action texts and are seeded.
 
-Versions: v0, the first version.
+Versions: v0. Issue 34 changed v0 in place, before any release: one answer names one action
+(the looser earliest-mention and prefix-of-a-number readings are gone), invalid answers forfeit by
+default, and fallback moves have their own random stream.
 """
 
 from __future__ import annotations
 
 import difflib
-import os
-import re
+import math
 from typing import Any, Sequence
 
 import numpy as np
 
+from comlrl_env.action_text import ActionMatch, answer_rule, parse_action, read_action
 from comlrl_env.base import AgentID, TextParallelEnv
+from comlrl_env.openspiel_bots import OpenSpielBot, mcts_applies
 from comlrl_env.policies import FixedPolicy
 from comlrl_env.registry import ID_PATTERN, EnvNotFound, EnvSpec
 
@@ -108,9 +119,11 @@ try:  # optional dependency: the `games` extra
 except ImportError:  # pragma: no cover (exercised by monkeypatching in the tests)
     pyspiel = None
 
-__all__ = ["OpenSpielBot", "OpenSpielEnv", "game_spec", "mcts_applies", "parse_action"]
+__all__ = ["INVALID_ACTION_MODES", "OpenSpielBot", "OpenSpielEnv", "game_spec", "mcts_applies", "parse_action"]
 
 _INSTALL = "pip install 'comlrl-env[games]'"
+INVALID_ACTION_MODES = ("forfeit", "random")
+"""What an invalid answer does (`OpenSpielEnv(invalid_action=...)`; the module docstring says how each pays)."""
 
 
 def _pyspiel() -> Any:
@@ -138,46 +151,6 @@ def game_spec(id: str) -> EnvSpec:
     return EnvSpec(id, OpenSpielEnv, {"game": match["name"]})
 
 
-def parse_action(text: str, legal: Sequence[str]) -> int | None:
-    """Index in `legal` of the action `text` names, or None (the rules are in the module docstring).
-
-    >>> parse_action(" I bet. ", ["Pass", "Bet"]), parse_action("p", ["Pass", "Bet"]), parse_action("x", ["Pass", "Bet"])
-    (1, 0, None)
-    """
-    answer = text.strip()
-    stripped = [s.strip() for s in legal]
-    if answer in stripped:
-        return stripped.index(answer)
-    found = _match_loosely(answer, stripped)
-    if found is not None:
-        return found
-    words = answer.split()
-    if words:
-        first = words[0].lower()
-        hits = [i for i, s in enumerate(stripped) if s.lower().startswith(first)]
-        if len(hits) == 1:
-            return hits[0]
-    prefix = os.path.commonprefix(stripped) if len(stripped) > 1 else ""
-    if len(prefix) >= 2:
-        return _match_loosely(answer, [s[len(prefix):].strip() for s in stripped])
-    return None
-
-
-def _match_loosely(answer: str, texts: list[str]) -> int | None:
-    """Rules 2 and 3: a case-insensitive exact match, else the earliest whole-word occurrence."""
-    lowered = [s.lower() for s in texts]
-    if answer.lower() in lowered:
-        return lowered.index(answer.lower())
-    best: tuple[int, int, int] | None = None  # (position, -length, index)
-    for i, s in enumerate(texts):
-        if not s:
-            continue
-        found = re.search(rf"(?<!\w){re.escape(s)}(?!\w)", answer, flags=re.IGNORECASE)
-        if found and (best is None or (found.start(), -len(s)) < best[:2]):
-            best = (found.start(), -len(s), i)
-    return None if best is None else best[2]
-
-
 def _reward_structure(game_type: Any) -> str:
     utility = game_type.utility
     if utility == pyspiel.GameType.Utility.IDENTICAL:
@@ -192,7 +165,9 @@ class OpenSpielEnv(TextParallelEnv):
 
     Args:
         game: The pyspiel short name, e.g. "kuhn_poker".
-        invalid_action_penalty: Subtracted from an agent's reward per invalid action (class default 1.0).
+        invalid_action: "forfeit" (default) or "random": what an invalid answer does (module docstring).
+        invalid_action_penalty: With "random": subtracted from the offender's reward per invalid action;
+            None takes the game's utility range, the least allowed.
         view: "observation" or "information_state"; None picks the observation string when the game has one.
         max_observation_length: Observations are clipped to this many characters.
         max_action_length: Longer actions are clipped (reported in `infos`).
@@ -201,13 +176,13 @@ class OpenSpielEnv(TextParallelEnv):
     """
 
     metadata: dict[str, Any] = {**TextParallelEnv.metadata, "name": "openspiel-v0", "num_tasks": None}
-    invalid_action_penalty: float = 1.0
-    invalid_action_penalty_shared = False  # the offender pays, also in cooperative games
+    invalid_action_penalty_shared = False  # "random": the offender pays, also in cooperative games
 
     def __init__(
         self,
         game: str,
         *,
+        invalid_action: str = "forfeit",
         invalid_action_penalty: float | None = None,
         view: str | None = None,
         max_observation_length: int = 16_384,
@@ -239,8 +214,8 @@ class OpenSpielEnv(TextParallelEnv):
         if not views[view]:
             raise ValueError(f"OpenSpiel game {game!r} provides no {view} strings; use view=None.")
         self.view = view
-        if invalid_action_penalty is not None:
-            self.invalid_action_penalty = float(invalid_action_penalty)
+        self.invalid_action = invalid_action
+        self.invalid_action_penalty = self._penalty(invalid_action, invalid_action_penalty)
         # Games that sample chance from their own generator are reloaded at each reset, with the given
         # rng_seed (a fixed instance) or one drawn from np_random, so reset(seed=s) replays an episode.
         self._reseed = (
@@ -262,6 +237,31 @@ class OpenSpielEnv(TextParallelEnv):
             "reward_structure": _reward_structure(game_type),
         }
         self.game_state: Any = None
+
+    def _penalty(self, mode: str, penalty: float | None) -> float:
+        """The per-invalid-action penalty of `mode`, checked against the game's utility range."""
+        if mode not in INVALID_ACTION_MODES:
+            raise ValueError(f"invalid_action must be one of {INVALID_ACTION_MODES}, got {mode!r}.")
+        low, high = self.game.min_utility(), self.game.max_utility()
+        span = high - low if math.isfinite(low) and math.isfinite(high) else math.inf
+        if mode == "forfeit":
+            if penalty is not None:
+                raise ValueError(f"invalid_action_penalty={penalty!r} applies to invalid_action='random'; with "
+                                 f"'forfeit' an invalid answer ends the game at the minimum utility ({low}).")
+            if not math.isfinite(low):
+                raise ValueError(f"OpenSpiel game {self.game_name!r} declares no finite minimum utility ({low}), so "
+                                 "it cannot be forfeited; use invalid_action='random' with invalid_action_penalty.")
+            return 0.0  # the forfeit is the cost
+        if penalty is None:
+            if not math.isfinite(span):
+                raise ValueError(f"OpenSpiel game {self.game_name!r} declares no finite utility range; give "
+                                 "invalid_action_penalty (a bound on its returns' range).")
+            return float(span)
+        if isinstance(penalty, bool) or not isinstance(penalty, (int, float)) or not penalty >= min(span, math.inf):
+            raise ValueError(
+                f"invalid_action_penalty must be at least the game's utility range {span:g} (max {high:g} - "
+                f"min {low:g}), so that an invalid move never beats a legal one; got {penalty!r}. Leave it None.")
+        return float(penalty)
 
     def _load_game(self, params: dict[str, Any]) -> Any:
         try:
@@ -289,7 +289,7 @@ class OpenSpielEnv(TextParallelEnv):
         """The agents whose action counts now: the current player, or every player who can act at a
         simultaneous-move node; none once the game is over."""
         state = self.game_state
-        if not self.agents or state is None or state.is_terminal():
+        if not self.agents or state is None or state.is_terminal() or (self.task or {}).get("forfeited"):
             return []
         if state.is_simultaneous_node():
             return [a for i, a in enumerate(self.possible_agents) if state.legal_actions(i)]
@@ -314,8 +314,11 @@ class OpenSpielEnv(TextParallelEnv):
         self.game_state = self.game.new_initial_state()
         chance_history: list[int] = []
         self._play_chance(chance_history)
+        # Fallback moves ("random") draw from their own stream, seeded here, so they never shift chance.
+        fallback = np.random.default_rng(int(self.np_random.integers(2**63 - 1)))
         # "paid": the returns already handed out as rewards; a step pays the difference.
-        return {"chance_history": chance_history, "paid": [0.0] * self.game.num_players()}
+        return {"chance_history": chance_history, "paid": [0.0] * self.game.num_players(), "fallback": fallback,
+                "forfeited": []}
 
     def _play_chance(self, chance_history: list[int]) -> None:
         state = self.game_state
@@ -344,43 +347,81 @@ class OpenSpielEnv(TextParallelEnv):
                 "",
             ]
             if agent in movers:
-                lines += [
-                    "Legal actions, one per line:",
-                    *self.legal_actions(agent),
-                    "",
-                    "Reply with exactly one legal action, written as above.",
-                    "Your action:",
-                ]
+                legal = self.legal_actions(agent)
+                lines += ["Legal actions, one per line:", *legal, "", f"{answer_rule(legal)} {self._cost_text()}",
+                          "Your action:"]
             else:
                 lines += ["It is not your turn; your reply is ignored. Reply: wait"]
             observations[agent] = "\n".join(lines)
         return observations
 
+    def _cost_text(self) -> str:
+        """What an invalid answer costs, as the prompt says it."""
+        if self.invalid_action == "forfeit":
+            whose = "the team's" if self.metadata["reward_structure"] == "cooperative" else "your"
+            return f"An invalid answer forfeits the game: {whose} return becomes {self.game.min_utility():g}."
+        return f"An invalid answer plays a random legal action for you and costs you {self.invalid_action_penalty:g}."
+
     def score(self, actions: dict[AgentID, str]) -> tuple[dict[AgentID, float], bool]:
         state = self.game_state
-        movers = self.to_move()
         chosen: dict[int, int] = {}
-        for agent in movers:
+        offenders: list[AgentID] = []
+        for agent in self.to_move():
             player = self.player(agent)
             legal = state.legal_actions(player)
             texts = [state.action_to_string(player, a) for a in legal]
-            index = parse_action(actions.get(agent, ""), texts)
-            if index is None:
-                shown = ", ".join(texts[:8]) + (", ..." if len(texts) > 8 else "")
-                self.flag_invalid(agent, f"{actions.get(agent, '')[:80]!r} is not a legal action ({shown})")
-                index = int(self.np_random.integers(len(legal)))
+            text = actions.get(agent, "")
+            found = read_action(text, texts)
+            reason = found.reason
+            # An answer that parses restates an observation only when it is much longer than its action.
+            if found.index is not None and len(text) > len(texts[found.index]) + 40 and self.is_echo(text):
+                found, reason = ActionMatch(None), "it restates the observation"
+            if found.index is None:
+                self.flag_invalid(agent, f"{text[:80]!r}: {reason}")
+                offenders.append(agent)
+                if self.invalid_action == "forfeit":
+                    continue
+                index = int(self.task["fallback"].integers(len(legal)))
+            else:
+                index = found.index
             chosen[player] = legal[index]
             self._step_infos.setdefault(agent, {})["action_played"] = texts[index]
+        if offenders and self.invalid_action == "forfeit":
+            return self._forfeit(offenders), True
         if state.is_simultaneous_node():
             state.apply_actions([chosen.get(p, pyspiel.INVALID_ACTION) for p in range(self.game.num_players())])
         elif chosen:
             state.apply_action(next(iter(chosen.values())))
         self._play_chance(self.task["chance_history"])
-        returns = [float(r) for r in state.returns()]
+        return self._pay([float(r) for r in state.returns()]), bool(state.is_terminal())
+
+    def _pay(self, returns: list[float]) -> dict[AgentID, float]:
+        """Rewards that bring each seat's paid total to `returns`."""
         paid = self.task["paid"]
         rewards = {a: returns[i] - paid[i] for i, a in enumerate(self.possible_agents) if a in self.agents}
         self.task["paid"] = returns
-        return rewards, bool(state.is_terminal())
+        return rewards
+
+    def _forfeit(self, offenders: list[AgentID]) -> dict[AgentID, float]:
+        """End the episode: the offenders' returns become the game's minimum utility (every seat's when the
+        players share one utility); the other seats share the rest of a zero- or constant-sum game's sum, or
+        keep what they were paid (general sum)."""
+        low, high = self.game.min_utility(), self.game.max_utility()
+        utility = self.game.get_type().utility
+        lost = {self.player(a) for a in offenders}
+        returns = list(self.task["paid"])
+        others = [p for p in range(len(returns)) if p not in lost]
+        for p in range(len(returns)):
+            if p in lost or utility == pyspiel.GameType.Utility.IDENTICAL:
+                returns[p] = low
+        if others and utility in (pyspiel.GameType.Utility.ZERO_SUM, pyspiel.GameType.Utility.CONSTANT_SUM):
+            total = float(self.game.utility_sum() or 0.0)
+            for p in others:
+                returns[p] = min((total - low * len(lost)) / len(others), high)
+        for agent in offenders:
+            self._step_infos.setdefault(agent, {})["forfeit"] = True
+        self.task["forfeited"] = sorted(offenders)
+        return self._pay(returns)
 
     def reference_bots(self) -> dict[str, FixedPolicy]:
         """The benchmark's reference rows for this game (`comlrl_env.benchmark.scripted_policies`): the
@@ -401,78 +442,3 @@ class OpenSpielEnv(TextParallelEnv):
         if text is not None and self.game_state is not None:
             text += "\n" + str(self.game_state)
         return text
-
-
-def mcts_applies(game_type: Any) -> bool:
-    """True for the games OpenSpiel's MCTS bot plays: sequential, perfect information, terminal rewards."""
-    return (game_type.dynamics == pyspiel.GameType.Dynamics.SEQUENTIAL
-            and game_type.information == pyspiel.GameType.Information.PERFECT_INFORMATION
-            and game_type.reward_model == pyspiel.GameType.RewardModel.TERMINAL)
-
-
-class OpenSpielBot(FixedPolicy):
-    """A scripted player for `OpenSpielEnv` seats: "random" (uniform legal action) or "mcts".
-
-    Args:
-        kind: "random" or "mcts".
-        seed: Seeds the bot's own numpy Generator (and, through it, MCTS's).
-        simulations: MCTS simulations per move.
-        rollouts: Random rollouts per MCTS leaf evaluation.
-        uct_c: MCTS exploration constant.
-    """
-
-    KINDS = ("random", "mcts")
-
-    def __init__(
-        self, kind: str = "random", seed: int | None = 0, simulations: int = 100, rollouts: int = 1, uct_c: float = 2.0
-    ) -> None:
-        if kind not in self.KINDS:
-            raise ValueError(f"OpenSpielBot kind must be one of {self.KINDS}, got {kind!r}.")
-        for name, value in (("simulations", simulations), ("rollouts", rollouts)):
-            if isinstance(value, bool) or not isinstance(value, int) or value < 1:
-                raise ValueError(f"{name} must be a positive int, got {value!r}.")
-        self.kind, self.seed = kind, seed
-        self.simulations, self.rollouts, self.uct_c = simulations, rollouts, float(uct_c)
-        self.rng = np.random.default_rng(seed)
-
-    def act(self, envs: Sequence[TextParallelEnv], agent: AgentID, num_samples: int = 1) -> list[str]:
-        return [self._act_once(env, agent) for env in envs for _ in range(num_samples)]
-
-    def _act_once(self, env: TextParallelEnv, agent: AgentID) -> str:
-        if not isinstance(env, OpenSpielEnv):
-            raise TypeError(f"OpenSpielBot plays OpenSpielEnv seats, got a {type(env).__name__}.")
-        legal = env.legal_actions(agent)
-        if not legal:
-            return ""  # not to move: the env ignores this text
-        if self.kind == "random":
-            return legal[int(self.rng.integers(len(legal)))]
-        return self._mcts(env, agent)
-
-    def _mcts(self, env: OpenSpielEnv, agent: AgentID) -> str:
-        from open_spiel.python.algorithms import mcts
-
-        game_type = env.game.get_type()
-        if not mcts_applies(game_type):
-            raise ValueError(
-                f"OpenSpielBot('mcts') needs a sequential, perfect-information game with terminal rewards; "
-                f"{game_type.short_name!r} is {game_type.dynamics.name.lower()}, "
-                f"{game_type.information.name.lower()}, {game_type.reward_model.name.lower()} rewards. "
-                "Use OpenSpielBot('random') there."
-            )
-        state = env.game_state
-        seed = int(self.rng.integers(2**31 - 1))
-        bot = mcts.MCTSBot(
-            env.game,
-            self.uct_c,
-            self.simulations,
-            mcts.RandomRolloutEvaluator(self.rollouts, np.random.RandomState(seed)),
-            random_state=np.random.RandomState(seed + 1),
-        )
-        action = bot.step(state)
-        return state.action_to_string(env.player(agent), action)
-
-    def describe(self) -> dict[str, Any]:
-        info: dict[str, Any] = {"policy": "openspiel_bot", "kind": self.kind, "seed": self.seed}
-        if self.kind == "mcts":
-            info.update(simulations=self.simulations, rollouts=self.rollouts, uct_c=self.uct_c)
-        return info

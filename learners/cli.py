@@ -3,6 +3,7 @@
     comlrl-bench --suite smoke --agents outputs/quickstart/agents --episodes 64 --out bench/
     comlrl-bench --env smoke/FormatAgreement-v1 --env mytasks:MyEnv \\
         --agents trained=outputs/run/agents --agents base=outputs/base/agents --temperature 1.0 --out bench/
+    comlrl-bench --suite games --league --agents trained=outputs/ttt/agents --agents base=outputs/base --out league/
 
 - `--agents` may repeat: one team each, named by its folder or by `NAME=DIR`; a team is a `save_model`
   output dir (holding `agent_0/`, `agent_1/`, ...) or one dir per agent.
@@ -14,6 +15,12 @@
   `--samples-per-task k` plays each task instance k times (pass@k for code tasks).
 
 Writes `results.json` (settings, agents with a content hash, versions, rows), `results.md` and `results.png`.
+
+`--league` plays a round robin instead (`comlrl_env.league`): on every two-player game with a winner, each
+pair of the teams and the game's reference bots (random, MCTS where it applies) plays `--episodes` episodes
+in each seat order; it prints each pair's win, draw and loss rates and every player's Elo rating with a 95%
+bootstrap interval, per game and over all games, and writes `league.json` and `league.md`. `--agents` may
+then be left out (a league of the bots).
 """
 
 from __future__ import annotations
@@ -30,6 +37,7 @@ import transformers
 import comlrl_env
 from comlrl_env import TextParallelEnv
 from comlrl_env.benchmark import markdown_table, run_suite, team_table
+from comlrl_env.league import league_table, run_league
 from comlrl_env.suites import suites
 from learners.models.policy import AgentPolicy, agent_dirs, content_hash, saved_settings
 
@@ -40,8 +48,10 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="comlrl-bench", description=__doc__.splitlines()[0])
     parser.add_argument("--suite", choices=sorted(suites))
     parser.add_argument("--env", action="append", default=[], help="a registered id or module:Class (repeatable)")
-    parser.add_argument("--agents", action="append", nargs="+", required=True, metavar="[NAME=]DIR",
+    parser.add_argument("--agents", action="append", nargs="+", default=[], metavar="[NAME=]DIR",
                         help="one team per use: a save_model output dir or its agent dirs")
+    parser.add_argument("--league", action="store_true",
+                        help="round robin with win/draw/loss rates and Elo, between the teams and the games' bots")
     parser.add_argument("--episodes", type=int, default=8, help="task instances per env")
     parser.add_argument("--samples-per-task", type=int, default=1)
     parser.add_argument("--out", required=True)
@@ -54,6 +64,8 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     if args.suite is None and not args.env:
         parser.error("give --suite, --env, or both.")
+    if not args.agents and not args.league:
+        parser.error("give --agents (one team per use), or --league for a league of the games' bots.")
     overrides = {"temperature": one_or_per_agent(args.temperature), "top_p": one_or_per_agent(args.top_p),
                  "top_k": one_or_per_agent(args.top_k), "max_new_tokens": one_or_per_agent(args.max_new_tokens),
                  "use_chat_template": args.chat_template}
@@ -66,9 +78,14 @@ def main(argv: list[str] | None = None) -> int:
                           "greedy": args.greedy, "seed": args.seed}
     envs: Any = args.suite if not args.env else [*(suites[args.suite] if args.suite else []),
                                                    *(load_env(spec) for spec in args.env)]
-    metadata = {"settings": settings if len(settings) > 1 else next(iter(settings.values())), "agents": agents,
+    metadata = {"settings": settings if len(settings) > 1 else next(iter(settings.values()), {}), "agents": agents,
                 "versions": {"comlrl_env": comlrl_env.__version__, "torch": torch.__version__,
                              "transformers": transformers.__version__}}
+    if args.league:
+        league = run_league(envs, teams, args.episodes, args.out, args.seed, metadata=metadata)
+        print(league_table(league), end="")
+        print(f"wrote {args.out}/league.json, league.md")
+        return 0
     results = run_suite(envs, teams, args.episodes, args.out, args.seed,
                         samples_per_task=args.samples_per_task, metadata=metadata)
     print(team_table(results["rows"]) + "\n" + markdown_table(results["rows"]), end="")

@@ -16,12 +16,14 @@ from pettingzoo.test import parallel_api_test  # noqa: E402
 import comlrl_env  # noqa: E402
 from comlrl_env import EnvNotFound, make  # noqa: E402
 from comlrl_env import openspiel as os_module  # noqa: E402
-from comlrl_env.openspiel import OpenSpielBot, OpenSpielEnv, parse_action  # noqa: E402
+from comlrl_env.openspiel import OpenSpielBot, OpenSpielEnv  # noqa: E402
 from comlrl_env.policies import FixedPolicy  # noqa: E402
 from comlrl_env.suites import suites  # noqa: E402
 from comlrl_env.testing import check_env  # noqa: E402
 
 GAMES = suites["games"]
+OTHER_GAMES = ["openspiel/connect_four-v0", "openspiel/phantom_ttt-v0", "openspiel/first_sealed_auction-v0"]
+"""OpenSpiel games no suite lists, resolved by name."""
 
 
 def random_legal(env: OpenSpielEnv, rng: np.random.Generator) -> dict[str, str]:
@@ -116,37 +118,7 @@ def test_summed_rewards_equal_openspiel_returns(env_id):
         assert [totals[a] for a in env.possible_agents] == pytest.approx(returns, abs=1e-9), (episode, moves)
 
 
-# ----- parsing ------------------------------------------------------------------------------------
-
-
-@pytest.mark.parametrize(
-    "text, legal, expected",
-    [
-        ("Bet", ["Pass", "Bet"], 1),  # exact
-        ("  Pass\n", ["Pass", "Bet"], 0),  # exact after stripping whitespace
-        ("bet", ["Pass", "Bet"], 1),  # case-insensitive
-        ("I will pass, then bet.", ["Pass", "Bet"], 0),  # earliest whole word
-        ("Bet now, not pass", ["Pass", "Bet"], 1),
-        ("Betting", ["Pass", "Bet"], None),  # not a whole word, and "betting" is no prefix of an action
-        ("b", ["Pass", "Bet"], 1),  # unique prefix of the first word
-        ("lia", ["2-4", "2-5", "Liar"], 2),
-        ("12-4", ["2-4", "Liar"], None),  # 2-4 glued to a digit is not a whole word
-        ("I bid 2-5", ["2-4", "2-5", "Liar"], 1),
-        ("(Play 1)", ["(Play 0)", "(Play 1)"], 1),
-        ("play 1", ["(Play 0)", "(Play 1)", "(Reveal player +1 rank 1)"], None),
-        ("x(1,1) is best", ["x(0,0)", "x(1,1)"], 1),
-        ("Bet 2 please", ["Bet", "Bet 2"], 1),  # same position: the longer text wins
-        ("bid 3", ["[P0]Bid: 1", "[P0]Bid: 3"], 1),  # the distinguishing part after a shared prefix
-        ("3", ["[P0]Bid: 1", "[P0]Bid: 3"], 1),
-        ("5", ["[P0]Bid: 1", "[P0]Bid: 3"], None),
-        ("", ["Pass", "Bet"], None),  # empty
-        ("   ", ["Pass", "Bet"], None),
-        ("p", ["Pass", "Play"], None),  # ambiguous prefix
-        ("🙂 \x00", ["Pass", "Bet"], None),
-    ],
-)
-def test_parse_action(text, legal, expected):
-    assert parse_action(text, legal) == expected
+# ----- answers: played, invalid, forfeited ----------------------------------------------------------
 
 
 def first_mover(env_id: str, seed: int = 0, **kwargs) -> tuple[OpenSpielEnv, str, str]:
@@ -157,42 +129,137 @@ def first_mover(env_id: str, seed: int = 0, **kwargs) -> tuple[OpenSpielEnv, str
     return env, mover, waiter
 
 
-def test_exact_and_loose_text_is_played_without_penalty():
-    for text, played in (("Bet", "Bet"), ("  bet ", "Bet"), ("I pass.", "Pass"), ("p", "Pass")):
+def test_exact_and_normalised_text_is_played_without_penalty():
+    for text, played in (("Bet", "Bet"), ("  bet ", "Bet"), ("PASS.", "Pass"), ("p", "Pass"), ("`Bet`", "Bet"),
+                         ("Let me think.\nAction: Pass", "Pass")):
         env, mover, waiter = first_mover("openspiel/kuhn_poker-v0")
         _, rewards, _, _, infos = env.step({mover: text, waiter: "ignored"})
         assert "invalid_action" not in infos[mover] and infos[mover]["action_played"] == played
         assert env.game_state.history()[-1] == {"Pass": 0, "Bet": 1}[played]
-        assert rewards == {"agent_0": 0.0, "agent_1": 0.0}
+        assert rewards == {"agent_0": 0.0, "agent_1": 0.0} and env.agents
+
+
+BAD_ANSWERS = ["", "nonsense", "   ", "🙂", None, 42, ["Bet"], "Pass\nBet", "I will bet now"]
+
+
+@pytest.mark.parametrize("bad", BAD_ANSWERS)
+def test_an_invalid_answer_forfeits_a_zero_sum_game(bad):
+    for seed in range(3):
+        env, mover, waiter = first_mover("openspiel/kuhn_poker-v0", seed=seed)
+        _, rewards, terminations, truncations, infos = env.step({mover: bad, waiter: "whatever"})
+        assert "invalid_action" in infos[mover] and "invalid_action" not in infos[waiter]
+        assert infos[mover]["forfeit"] and "action_played" not in infos[mover]
+        # the offender gets the game's minimum utility, the other seat the rest of the zero sum: a win by forfeit
+        assert rewards == {mover: -2.0, waiter: 2.0}
+        assert all(terminations.values()) and not any(truncations.values()) and env.agents == []
+        assert env.to_move() == [] and not infos[waiter]["to_move"]
+
+
+def test_forfeit_after_paid_moves_and_in_cooperative_games():
+    env = make("openspiel/hanabi-v0")  # pays 1 per successful play as it goes; min utility 0, shared
+    for seed in range(40):
+        env.reset(seed=seed)
+        paid = dict.fromkeys(env.possible_agents, 0.0)
+        rng = np.random.default_rng(seed)
+        while env.agents and sum(paid.values()) == 0:
+            _, rewards, _, _, _ = env.step(random_legal(env, rng))
+            for agent, reward in rewards.items():
+                paid[agent] += reward
+        if env.agents:
+            break
+    else:
+        pytest.fail("no hanabi episode paid before its end")
+    (mover,) = env.to_move()
+    _, rewards, terminations, _, infos = env.step({mover: "?"})
+    # the whole team's return becomes the minimum (0): this step takes back what was paid
+    assert {a: paid[a] + rewards[a] for a in env.possible_agents} == dict.fromkeys(env.possible_agents, 0.0)
+    assert all(terminations.values()) and infos[mover]["forfeit"]
+    general = make("openspiel/bargaining-v0")  # general sum: the other seat keeps what it has (0), the offender 0
+    general.reset(seed=0)
+    (mover,) = general.to_move()
+    assert general.step({mover: ""})[1] == {"agent_0": 0.0, "agent_1": 0.0} and not general.agents
 
 
 @pytest.mark.parametrize("env_id", ["openspiel/kuhn_poker-v0", "openspiel/tiny_hanabi-v0"])
-@pytest.mark.parametrize("bad", ["", "nonsense", "   ", "🙂", None, 42, ["Bet"]])
-def test_invalid_text_plays_a_random_legal_action_and_charges_the_offender_once(env_id, bad):
+@pytest.mark.parametrize("bad", BAD_ANSWERS)
+def test_random_mode_plays_a_random_legal_action_and_charges_the_offender_the_utility_range(env_id, bad):
     for seed in range(3):
-        env, mover, waiter = first_mover(env_id, seed=seed)
+        env, mover, waiter = first_mover(env_id, seed=seed, invalid_action="random")
+        span = env.game.max_utility() - env.game.min_utility()
+        assert env.invalid_action_penalty == span == {"openspiel/kuhn_poker-v0": 4.0}.get(env_id, 10.0)
         legal = env.legal_actions(mover)
         returns_before = list(env.game_state.returns())
         _, rewards, _, _, infos = env.step({mover: bad, waiter: "whatever"})
         assert "invalid_action" in infos[mover] and "invalid_action" not in infos[waiter]
-        assert infos[mover]["action_played"] in legal
+        assert infos[mover]["action_played"] in legal and "forfeit" not in infos[mover]
         gain = [r - b for r, b in zip(env.game_state.returns(), returns_before)]
         index = env.possible_agents.index(mover)
-        # penalty charged once, to the offender only, even in a cooperative game (tiny_hanabi)
-        assert rewards[mover] == pytest.approx(gain[index] - 1.0)
+        # charged once, to the offender only, even in a cooperative game (tiny_hanabi)
+        assert rewards[mover] == pytest.approx(gain[index] - span)
         assert rewards[waiter] == pytest.approx(gain[1 - index])
 
 
-def test_invalid_action_penalty_is_overridable_and_the_random_action_is_seeded():
+def test_random_mode_penalty_is_checked_and_the_fallback_is_seeded():
     played = set()
     for seed in range(12):
-        env, mover, waiter = first_mover("openspiel/kuhn_poker-v0", seed=seed, invalid_action_penalty=0.25)
+        env, mover, waiter = first_mover("openspiel/kuhn_poker-v0", seed=seed, invalid_action="random",
+                                         invalid_action_penalty=5)
         _, rewards, _, _, infos = env.step({mover: "?", waiter: "?"})
-        assert rewards[mover] == -0.25 and rewards[waiter] == 0.0
+        assert rewards[mover] == -5.0 and rewards[waiter] == 0.0
         played.add(infos[mover]["action_played"])
-        again, mover2, waiter2 = first_mover("openspiel/kuhn_poker-v0", seed=seed, invalid_action_penalty=0.25)
+        again, mover2, waiter2 = first_mover("openspiel/kuhn_poker-v0", seed=seed, invalid_action="random")
         assert again.step({mover2: "?", waiter2: "?"})[4][mover2]["action_played"] == infos[mover]["action_played"]
     assert played == {"Pass", "Bet"}  # uniformly random: both show up
+    with pytest.raises(ValueError, match=r"at least the game's utility range 4 \(max 2 - min -2\).*got 1.0"):
+        make("openspiel/kuhn_poker-v0", invalid_action="random", invalid_action_penalty=1.0)
+    with pytest.raises(ValueError, match="applies to invalid_action='random'"):
+        make("openspiel/kuhn_poker-v0", invalid_action_penalty=4.0)
+    with pytest.raises(ValueError, match=r"invalid_action must be one of \('forfeit', 'random'\), got 'skip'"):
+        make("openspiel/kuhn_poker-v0", invalid_action="skip")
+
+
+def test_fallback_moves_never_change_chance():
+    """The move played for an invalid answer comes from its own stream: an episode where a seat answers
+    invalidly deals exactly the cards of the episode where it names the same move itself."""
+    env, twin = make("openspiel/hanabi-v0", invalid_action="random"), make("openspiel/hanabi-v0", invalid_action="random")
+    compared = 0
+    for seed in range(30):
+        env.reset(seed=seed)
+        twin.reset(seed=seed)
+        rng = np.random.default_rng(seed)
+        step = 0
+        while env.agents:
+            (mover,) = env.to_move()
+            invalid = step % 3 == 1
+            actions = {mover: "no idea"} if invalid else random_legal(env, rng)
+            _, _, _, _, infos = env.step(actions)
+            twin_actions = {mover: infos[mover]["action_played"]}
+            twin_infos = twin.step(twin_actions)[4]
+            assert ("invalid_action" in infos[mover]) == invalid and "invalid_action" not in twin_infos[mover]
+            step += 1
+        assert env.chance_history == twin.chance_history and env.game_state.history() == twin.game_state.history()
+        compared += len(env.chance_history)
+    assert compared > 100
+
+
+@pytest.mark.parametrize("env_id", GAMES + OTHER_GAMES)
+def test_every_prompt_ends_with_the_answer_rule(env_id):
+    env = make(env_id)
+    obs, _ = env.reset(seed=0)
+    for agent in env.to_move():
+        lines = obs[agent].rstrip().splitlines()
+        assert lines[-1] == "Your action:"
+        assert lines[-2].startswith("How to answer: reply with exactly one legal action")
+        assert "An invalid answer forfeits the game" in lines[-2] and f"{env.game.min_utility():g}." in lines[-2]
+    assert "plays a random legal action for you" in make(env_id, invalid_action="random").reset(seed=0)[0][
+        env.to_move()[0]]
+
+
+def test_an_answer_that_restates_the_observation_is_invalid():
+    env, mover, waiter = first_mover("openspiel/kuhn_poker-v0")
+    restated = env.observe(mover) + "\nAction: Bet"  # one answer line, but the rest is the prompt
+    _, rewards, _, _, infos = env.step({mover: restated, waiter: ""})
+    assert infos[mover]["invalid_action"].endswith("it restates the observation") and rewards[mover] == -2.0
 
 
 def test_agents_not_to_move_are_ignored():
@@ -234,10 +301,10 @@ def test_same_seed_same_chance_and_observations(env_id):
         obs, _ = env.reset(seed=seed)
         seen = [obs]
         while env.agents:
-            seen.append(env.step({a: "no idea" for a in env.agents})[0])  # random legal plays, from np_random
+            seen.append(env.step({a: "no idea" for a in env.agents})[0])  # random legal plays, seeded at reset
         return env.chance_history, seen
 
-    first, second = make(env_id), make(env_id)
+    first, second = make(env_id, invalid_action="random"), make(env_id, invalid_action="random")
     assert episode(first, 7) == episode(second, 7) == episode(first, 7)
     assert episode(first, 7)[0] != episode(first, 8)[0] or episode(first, 7)[1] != episode(first, 8)[1]
 

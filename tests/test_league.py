@@ -1,0 +1,103 @@
+"""The league: matches in both seat orders, Elo ratings by hand, and `comlrl-bench --suite games --league` at a
+small setting (a tiny model against the games' bots)."""
+
+from __future__ import annotations
+
+import json
+import math
+
+import numpy as np
+import pytest
+
+pytest.importorskip("pyspiel")
+
+from comlrl_env import make  # noqa: E402
+from comlrl_env.benchmark import empty_policy, fixed_team  # noqa: E402
+from comlrl_env.league import elo_ratings, play_match, run_league  # noqa: E402
+from comlrl_env.openspiel import OpenSpielBot  # noqa: E402
+
+
+def row(a, b, wins, draws, losses):
+    return {"a": a, "b": b, "wins": wins, "draws": draws, "losses": losses}
+
+
+def test_elo_by_hand():
+    # 3 wins, 1 loss, plus the virtual draw: scores 3.5 : 1.5, so 10^(d/400) = 3.5 / 1.5
+    ratings = elo_ratings([row("x", "random-bot", 3, 0, 1)], bootstrap=200)
+    assert ratings["random-bot"]["elo"] == pytest.approx(1000.0)  # the anchor
+    assert ratings["x"]["elo"] == pytest.approx(1000 + 400 * math.log10(3.5 / 1.5), abs=1e-6)
+    assert ratings["x"]["low"] <= ratings["x"]["elo"] <= ratings["x"]["high"] and ratings["x"]["games"] == 4
+    # an even record is an even rating; without the random bot the mean is the anchor value
+    even = elo_ratings([row("p", "q", 2, 4, 2)], bootstrap=0)
+    assert even["p"]["elo"] == pytest.approx(1000.0) == pytest.approx(even["q"]["elo"])
+    # a player that wins everything still has a finite rating (the virtual draw): 0.5 : 10.5
+    sweep = elo_ratings([row("p", "q", 10, 0, 0)], bootstrap=0)
+    assert sweep["p"]["elo"] - sweep["q"]["elo"] == pytest.approx(400 * math.log10(10.5 / 0.5))
+
+
+def test_elo_is_the_maximum_likelihood_fit():
+    """At the fit, each player's expected score equals its score (the likelihood's stationarity condition)."""
+    rows = [row("a", "b", 7, 2, 3), row("a", "c", 9, 0, 3), row("b", "c", 4, 4, 4), row("a", "random-bot", 11, 1, 0),
+            row("b", "random-bot", 8, 2, 2), row("c", "random-bot", 6, 3, 3)]
+    ratings = elo_ratings(rows, bootstrap=0)
+    for p in ratings:
+        score = expected = 0.0
+        for r in rows:
+            if p not in (r["a"], r["b"]):
+                continue
+            me, other = (r["a"], r["b"]) if r["a"] == p else (r["b"], r["a"])
+            wins, losses = (r["wins"], r["losses"]) if r["a"] == p else (r["losses"], r["wins"])
+            n = r["wins"] + r["draws"] + r["losses"] + 1  # with the virtual draw
+            score += wins + 0.5 * r["draws"] + 0.5
+            expected += n / (1 + 10 ** ((ratings[other]["elo"] - ratings[me]["elo"]) / 400))
+        assert expected == pytest.approx(score, abs=1e-6), p
+    assert ratings["a"]["elo"] > ratings["b"]["elo"] > ratings["c"]["elo"] > ratings["random-bot"]["elo"]
+
+
+def test_a_match_plays_both_seat_orders_and_a_forfeit_loses():
+    env = make("openspiel/tic_tac_toe-v0")
+    result = play_match(env, empty_policy, fixed_team([OpenSpielBot("random", seed=0)]), episodes=5)
+    assert (result["wins"], result["draws"], result["losses"], result["games"]) == (0, 0, 10, 10)
+    assert result["invalid_a"] == 1.0 and result["invalid_b"] == 0.0
+    bargaining = make("openspiel/bargaining-v0")  # general sum: a forfeit pays both 0, and is still a loss
+    result = play_match(bargaining, fixed_team([OpenSpielBot("random", seed=0)]), empty_policy, episodes=5)
+    assert result["win_rate"] == 1.0 and result["loss_rate"] == 0.0
+    with pytest.raises(ValueError, match="needs a two-player game"):
+        play_match(make("openspiel/pig-v0", players=3), empty_policy, empty_policy, episodes=1)
+
+
+def test_the_stronger_bot_rates_higher():
+    league = run_league(["openspiel/tic_tac_toe-v0"], {}, episodes=20, bootstrap=300)
+    (match,) = league["games"]["openspiel/tic_tac_toe-v0"]["rows"]
+    assert {match["a"], match["b"]} == {"random-bot", "mcts-bot"}
+    assert match["win_rate"] + match["draw_rate"] + match["loss_rate"] == pytest.approx(1.0)
+    mcts = league["overall"]["mcts-bot"]
+    assert mcts["low"] > 1000, league["overall"]  # MCTS (50 simulations) beats random play, CIs apart
+    with pytest.raises(ValueError, match="a league needs two players or more"):
+        run_league(["openspiel/kuhn_poker-v0"], {}, episodes=1, bots=False)
+
+
+def test_comlrl_bench_league_on_the_games_suite(tiny_dir, tmp_path, capsys):
+    """CI setting: a tiny model against the bots, 2 episodes per seat order, on every game of the suite."""
+    from learners.cli import main
+
+    out = tmp_path / "league"
+    assert main(["--suite", "games", "--league", "--agents", f"tiny={tiny_dir}", "--episodes", "2",
+                 "--max-new-tokens", "6", "--out", str(out)]) == 0
+    printed = capsys.readouterr().out
+    league = json.loads((out / "league.json").read_text())
+    assert (out / "league.md").read_text() in printed
+    assert set(league["skipped"]) == {"openspiel/tiny_hanabi-v0", "openspiel/hanabi-v0",
+                                      "openspiel/coop_box_pushing-v0"}
+    assert len(league["games"]) == 7
+    ttt = league["games"]["openspiel/tic_tac_toe-v0"]
+    assert {(r["a"], r["b"]) for r in ttt["rows"]} == {("tiny", "random-bot"), ("tiny", "mcts-bot"),
+                                                       ("random-bot", "mcts-bot")}
+    for game in league["games"].values():
+        for r in game["rows"]:
+            assert r["games"] == 4 and r["wins"] + r["draws"] + r["losses"] == 4
+        assert all(v["low"] <= v["elo"] <= v["high"] for v in game["ratings"].values())
+    assert set(league["overall"]) == {"tiny", "random-bot", "mcts-bot"}
+    assert np.isfinite(league["overall"]["tiny"]["elo"])
+    assert "| tiny | random-bot |" in printed and "## All games" in printed
+    assert league["agents"]["tiny"][0]["sha256"]
