@@ -123,6 +123,24 @@ def test_logged_ratio_of_a_training_step_is_one(model_dir):
     assert metrics["perf/seconds_weight_sync"] >= 0.0
 
 
+@pytest.mark.parametrize("learner_class", ["IAC", "MAAC"])
+def test_actor_critic_learners_train_on_vllm_rollouts(model_dir, learner_class):
+    import learners
+
+    config = getattr(learners, f"{learner_class}Config")(
+        num_train_epochs=1, num_generations=2, max_new_tokens=6, temperature=0.8, top_k=50, top_p=0.9,
+        rollout_buffer_size=2, train_batch_size=2, eval_interval=0, eval_num_samples=0, verbose=False,
+        generation_backend="vllm", vllm_engine_args=KV_CACHE,
+        **({"use_separate_critic": False} if learner_class == "IAC" else {}))
+    critic = {"critic_model": model_dir} if learner_class == "MAAC" else {}
+    learner = getattr(learners, learner_class)(agent_model=model_dir, num_agents=2, reward_func=space_reward,
+                                               train_dataset=dataset(4), args=config, **critic)
+    before = [p.detach().clone() for p in learner.agents[0].parameters()]
+    metrics = learner.learn()
+    assert abs(metrics["train/agent_1/rollout_ratio_mean"] - 1.0) < 1e-3
+    assert any(not torch.equal(p, q) for p, q in zip(before, learner.agents[0].parameters()))
+
+
 # ----- four LoRA agents, one engine, weights that follow training ------------------------------------------
 
 
