@@ -4,7 +4,7 @@ VENV    := .venv
 BIN     := $(VENV)/bin
 STAMP   := $(VENV)/.installed
 
-.PHONY: demo test test-slow bench bench-learning results clean
+.PHONY: demo test test-fsdp test-slow bench bench-learning results clean
 
 $(STAMP): pyproject.toml
 	test -x $(BIN)/python || $(PY) -m venv $(VENV)
@@ -18,6 +18,10 @@ demo: $(STAMP)
 
 test: $(STAMP)
 	$(BIN)/python -m pytest -q
+
+# FSDP under torchrun (tests/test_fsdp.py: several 2- and 4-process runs, about a minute on 2 cores).
+test-fsdp: $(STAMP)
+	$(BIN)/python -m pytest -q -m fsdp tests/test_fsdp.py
 
 test-slow: $(STAMP)
 	$(BIN)/python -m pytest -q -m slow

@@ -41,8 +41,9 @@ from learners.loop.learner import Learner
 from learners.loop.losses import POLICY_STATS, policy_terms, reference_kl, value_loss
 from learners.loop.metrics import MeanMetrics, rollout_metrics
 from learners.loop.optim import PolicyBatch, accumulate_gradients, adamw, gradient_step, policy_step
-from learners.models.agents import resolve_sources, save_pretrained_with_head
+from learners.models.agents import resolve_sources, save_gathered
 from learners.models.critics import CausalLMWithValueHead, ValueHead, load_critics
+from learners.parallel.fsdp import pass_sync
 from learners.parallel.placement import resolve_devices
 from learners.rollout import Rollout, SampleBatch
 from learners.rollout.scoring import token_logprobs
@@ -257,7 +258,8 @@ class ActorCritic(Learner):
             return cfg.value_loss_coef * loss, loss
 
         optimizer.zero_grad(set_to_none=True)
-        terms = accumulate_gradients(idx, loss_fn, cfg.gradient_accumulation_steps)  # forward + backward
+        sync = pass_sync(critic, self.dist, len(idx))  # FSDP: every rank runs as many passes
+        terms = accumulate_gradients(idx, loss_fn, cfg.gradient_accumulation_steps, sync)  # forward + backward
         grad_norm = gradient_step(critic, optimizer, len(idx), cfg.max_grad_norm, self.dist)
         return {f"train/critic_{c}/grad_norm": grad_norm, **({f"train/critic_{c}/loss": terms[1]} if terms else {})}
 
@@ -413,7 +415,8 @@ class IAC(ActorCritic):
             return actor_loss + cfg.value_loss_coef * critic_loss, actor_loss, critic_loss, *stats
 
         optimizer.zero_grad(set_to_none=True)
-        terms = accumulate_gradients(idx, loss_fn, cfg.gradient_accumulation_steps)  # forward + backward
+        sync = pass_sync(model, self.dist, len(idx))  # FSDP: every rank runs as many passes
+        terms = accumulate_gradients(idx, loss_fn, cfg.gradient_accumulation_steps, sync)  # forward + backward
         grad_norm = gradient_step(model, optimizer, len(idx), cfg.max_grad_norm, self.dist)
         metrics = {f"train/agent_{a}/grad_norm": grad_norm, f"train/agent_{a}/learning_rate": optimizer.param_groups[0]["lr"]}
         if terms:
@@ -426,7 +429,8 @@ class IAC(ActorCritic):
         """Separate critics go to `agent_{seat}/critic/` (with `value_head.pt`); shared heads are saved with the
         agent."""
         for i, critic in enumerate(self.critics):
-            save_pretrained_with_head(critic, os.path.join(output_dir, self.seat_name(i), "critic"), self.tokenizers[i])
+            path = os.path.join(output_dir, self.seat_name(i), "critic")
+            save_gathered(critic, path, self.tokenizers[i], self.sharding)
 
 
 # ----- MAAC --------------------------------------------------------------------------------------
@@ -489,7 +493,7 @@ class MAAC(ActorCritic):
         return metrics
 
     def _save_extra_models(self, output_dir: str) -> None:
-        save_pretrained_with_head(self.critics[0], os.path.join(output_dir, "critic"), self.tokenizers[0])
+        save_gathered(self.critics[0], os.path.join(output_dir, "critic"), self.tokenizers[0], self.sharding)
 
 
 IACTrainer = IAC
