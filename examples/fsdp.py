@@ -3,7 +3,7 @@
 agent's (and critic's) weights, gradients and AdamW states, checkpoints are written as each rank's shards, and
 `save_model` gathers plain Hugging Face folders on rank 0.
 
-Two agents built offline (a tiny random Qwen2) learn to write short answers with MAGRPO (or IAC). On GPUs the
+Two agents built offline (a tiny random Qwen2) learn to write short answers with MAGRPO (or IAC, MAAC). On GPUs the
 backend is NCCL and `mixed_precision="bf16"` shards in bf16 with fp32 gradient reduction; here, on CPUs, gloo.
 With `--sharding none` the same script runs as one process (`python examples/fsdp.py --sharding none`), the run
 the tests compare the sharded one with. See docs/scaling.md for the recipe on several machines.
@@ -21,11 +21,12 @@ import torch.distributed as dist
 from safetensors.torch import save_file
 
 from comlrl_env.testing import tiny_model
-from learners import IAC, MAGRPO, IACConfig, MAGRPOConfig
+from learners import IAC, MAAC, MAGRPO, IACConfig, MAACConfig, MAGRPOConfig
 
 parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
 parser.add_argument("--out", default="outputs/fsdp")
-parser.add_argument("--learners", nargs="+", choices=("magrpo", "iac"), default=["magrpo"], help="run each in turn")
+parser.add_argument("--learners", nargs="+", choices=("magrpo", "iac", "maac", "uneven"), default=["magrpo"],
+                    help="run each in turn; uneven: MAGRPO on 2-turn episodes of which half end after one")
 parser.add_argument("--sharding", choices=("fsdp", "none"), default="fsdp")
 parser.add_argument("--epochs", type=int, default=1)
 parser.add_argument("--lora", action="store_true", help="a LoRA adapter per agent on one shared (sharded) base")
@@ -46,9 +47,14 @@ if launched:
     dist.barrier()
 
 
-def length_reward(first: list[str], second: list[str]) -> list[float]:
-    """Shorter joint answers score higher (a signal every sample differs on)."""
-    return [1.0 / (1.0 + len(a) + len(b)) for a, b in zip(first, second)]
+def length_reward(first: list[str], second: list[str], batch_items: list[dict]) -> list[float]:
+    """Shorter joint answers score higher (a signal every sample differs on); +1 on instances marked "stop"."""
+    return [1.0 / (1.0 + len(a) + len(b)) + item["stop"] for a, b, item in zip(first, second, batch_items)]
+
+
+def again(prompt: str, agent_completions: list[str], num_agents: int, **history) -> list[str]:
+    """The second turn's prompts (uneven runs)."""
+    return [f"{prompt} Once more:"] * num_agents
 
 
 class Record:
@@ -71,21 +77,29 @@ def local(t: torch.Tensor) -> torch.Tensor:
 
 def train(name: str) -> None:
     out = os.path.join(args.out, name)
-    greedy = {"do_sample": False, "num_beams": 2} if name == "magrpo" else {"do_sample": False}
+    greedy = {"do_sample": False, "num_beams": 2} if name in ("magrpo", "uneven") else {"do_sample": False}
     shared = dict(num_train_epochs=args.epochs, rollout_buffer_size=4, max_new_tokens=6, temperature=1.0, top_p=1.0,
-                  top_k=None, agent_learning_rate=1e-3, eval_num_samples=4, eval_interval=0, verbose=False,
+                  top_k=None, agent_learning_rate=5e-4, eval_num_samples=4, eval_interval=0, verbose=False,
                   sharding=args.sharding, output_dir=os.path.join(out, "run"),
                   generation_kwargs={} if args.sample else greedy,  # deterministic: one process agrees
                   peft_config={"r": 4, "lora_alpha": 8, "target_modules": ["q_proj", "v_proj"]} if args.lora else None)
-    data = [{"prompt": f"Question {i}:"} for i in range(8)]
+    data = [{"prompt": f"Question {i}:", "stop": name == "uneven" and i % 2 == 0} for i in range(8)]
     team = dict(agent_model=model_dirs[0], num_agents=2) if args.lora else dict(agents=model_dirs)
     record = Record()
-    if name == "magrpo":  # raw returns as advantages: a loss that is not 0 at ratio 1, to compare
-        config = MAGRPOConfig(num_generations=2, advantage_mode="raw", advantage_normalization=False, **shared)
-        learner = MAGRPO(train_dataset=data, reward_func=length_reward, **team, callbacks=[record], args=config)
-    else:
-        config = IACConfig(critic_learning_rate=1e-3, advantage_normalization=False, **shared)
-        learner = IAC(train_dataset=data, reward_func=length_reward, **team, critic_model=model_dirs[0],
+    if name == "uneven":  # in dataset order rank 0 plays instances 0, 2, ... (one turn), rank 1 1, 3, ... (two):
+        # rank 1 has twice the groups, so rank 0 joins half of the steps with no samples, and the
+        # micro-batches (gradient_accumulation_steps) differ too
+        shared.update(num_turns=2, early_termination_threshold=0.5, shuffle=False, train_batch_size=2,
+                      gradient_accumulation_steps=2, gradient_checkpointing=True)
+    if name in ("magrpo", "uneven"):  # raw returns as advantages: a loss that is not 0 at ratio 1, to compare
+        config = MAGRPOConfig(num_generations=2, advantage_mode="raw", advantage_normalization=False,
+                              rollout_mode="parallel" if name == "uneven" else "tree", **shared)
+        learner = MAGRPO(train_dataset=data, reward_func=length_reward, external_transition=again, **team,
+                         callbacks=[record], args=config)
+    else:  # IAC: a critic per agent; MAAC: one critic of the joint text
+        cls, config_cls = (IAC, IACConfig) if name == "iac" else (MAAC, MAACConfig)
+        config = config_cls(critic_learning_rate=5e-4, advantage_normalization=False, **shared)
+        learner = cls(train_dataset=data, reward_func=length_reward, **team, critic_model=model_dirs[0],
                       callbacks=[record], args=config)
     learner.learn(checkpoint_dir=os.path.join(out, "checkpoints"), checkpoint_steps=1,
                   resume_from_checkpoint=args.resume)

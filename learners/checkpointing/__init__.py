@@ -1,8 +1,9 @@
 """Training checkpoints: save, and resume in one pass (read, validate everything, then apply).
 
 `checkpoint.py` writes and loads a `TrainingState` (`state.py`), with its RNG states (`rng.py`), weights
-(`weights.py`), fingerprints (`fingerprints.py`) and atomic writes (`atomic.py`); `manager.py` decides
-when `learn()` saves and which snapshots it keeps. May import `learners.parallel`; nothing else of ours.
+(`weights.py`), FSDP shards (`sharded.py`), fingerprints (`fingerprints.py`) and atomic writes
+(`atomic.py`); `manager.py` decides when `learn()` saves and which snapshots it keeps. May import
+`learners.parallel`; nothing else of ours.
 """
 
 from learners.checkpointing.checkpoint import (

@@ -89,7 +89,7 @@ def accumulate_gradients(idx: torch.Tensor, loss_fn: Callable[[torch.Tensor], Lo
     """
     means: list[float] = []
     parts = torch.tensor_split(idx, min(micro_batches, len(idx))) if len(idx) else []
-    scale = 1.0 if sync is None else sync.scale
+    scale, padding = (1.0, 0) if sync is None else (sync.scale, sync.padding(len(parts)))  # collective before passes
     for micro in parts:
         weight = len(micro) / len(idx)
         out = loss_fn(micro)
@@ -97,7 +97,7 @@ def accumulate_gradients(idx: torch.Tensor, loss_fn: Callable[[torch.Tensor], Lo
         (terms[0] * (weight * scale)).backward()  # frees this micro-batch's activations before the next forward
         values = [float(t.detach()) * weight for t in terms]
         means = [m + v for m, v in zip(means, values)] if means else values
-    for _ in range(sync.padding(len(parts)) if sync is not None else 0):  # FSDP's collectives need every rank
+    for _ in range(padding):  # FSDP's forward and backward are collectives: every rank runs as many
         out = loss_fn(torch.zeros(1, dtype=torch.long))
         ((out[0] if isinstance(out, tuple) else out) * 0.0).backward()
     return tuple(means)
