@@ -7,7 +7,7 @@ STAMP   := $(VENV)/.installed
 VLLM_VENV  := .venv-vllm
 VLLM_STAMP := $(VLLM_VENV)/.installed
 
-.PHONY: demo test test-slow test-vllm bench bench-learning results clean
+.PHONY: demo test test-fsdp test-slow test-vllm bench bench-learning results clean
 
 $(STAMP): pyproject.toml
 	test -x $(BIN)/python || $(PY) -m venv $(VENV)
@@ -21,6 +21,10 @@ demo: $(STAMP)
 
 test: $(STAMP)
 	$(BIN)/python -m pytest -q
+
+# FSDP under torchrun (tests/test_fsdp.py: seven runs of 1 to 4 processes, about two minutes on 2 cores).
+test-fsdp: $(STAMP)
+	$(BIN)/python -m pytest -q -m fsdp tests/test_fsdp.py
 
 test-slow: $(STAMP)
 	$(BIN)/python -m pytest -q -m slow

@@ -21,8 +21,7 @@ lambda = 0 gives the reference's TD(0) targets y_t = r_t + discount * V(s_{t+1})
 - `critic_type="v"` values the state; `"q"` values the state and the sampled
   (joint) action, read at the last completion token (a SARSA-style target).
 
-Episodes are played in parallel mode: `num_generations` independent copies of
-each task instance, one sample per agent per turn.
+Episodes are played in parallel mode: `num_generations` copies of each task instance, one sample per agent per turn.
 """
 
 from __future__ import annotations
@@ -41,8 +40,9 @@ from learners.loop.learner import Learner
 from learners.loop.losses import POLICY_STATS, policy_terms, reference_kl, value_loss
 from learners.loop.metrics import MeanMetrics, rollout_metrics
 from learners.loop.optim import PolicyBatch, accumulate_gradients, adamw, gradient_step, policy_step
-from learners.models.agents import resolve_sources, save_pretrained_with_head
+from learners.models.agents import resolve_sources, save_gathered
 from learners.models.critics import CausalLMWithValueHead, ValueHead, load_critics
+from learners.parallel.fsdp import pass_sync
 from learners.parallel.placement import resolve_devices
 from learners.rollout import Rollout, SampleBatch
 from learners.rollout.scoring import engine_correction, token_logprobs
@@ -263,24 +263,22 @@ class ActorCritic(Learner):
             return cfg.value_loss_coef * loss, loss
 
         optimizer.zero_grad(set_to_none=True)
-        terms = accumulate_gradients(idx, loss_fn, cfg.gradient_accumulation_steps)  # forward + backward
+        sync = pass_sync(critic, self.dist, len(idx))  # FSDP: every rank runs as many passes
+        terms = accumulate_gradients(idx, loss_fn, cfg.gradient_accumulation_steps, sync)  # forward + backward
         grad_norm = gradient_step(critic, optimizer, len(idx), cfg.max_grad_norm, self.dist)
         return {f"train/critic_{c}/grad_norm": grad_norm, **({f"train/critic_{c}/loss": terms[1]} if terms else {})}
 
     def value_terms(self, c: int, idx: torch.Tensor, values: torch.Tensor, old_values: torch.Tensor,
                     targets: torch.Tensor) -> torch.Tensor:
         """Clipped value loss of critic `c`'s `values` on the samples `idx` (`old_values`, `targets`: `(C, S)`)."""
-        return value_loss(values, old_values[c, idx].to(values.device), targets[c, idx].to(values.device),
-                          self.args.value_clip_range)
+        old, target = old_values[c, idx].to(values.device), targets[c, idx].to(values.device)
+        return value_loss(values, old, target, self.args.value_clip_range)
 
     def _load_critics(self, sources: list[Any], count: int, hidden_dim: int | None, per_seat: bool = False) -> None:
         """Load the critics (value heads on) on their devices (IAC's per seat), their optimizers and schedules."""
         cfg: ActorCriticConfig = self.args
-        if per_seat:
-            devices = resolve_devices(cfg.critic_devices, self.num_seats, what="critic", default=self.devices,
-                                      seats=self.seats)
-        else:
-            devices = resolve_devices(cfg.critic_devices, count, what="critic", default=self.devices)
+        seats = dict(count=self.num_seats, seats=self.seats) if per_seat else dict(count=count)
+        devices = resolve_devices(cfg.critic_devices, what="critic", default=self.devices, **seats)
         self.critics = load_critics(sources, devices, self.model_config, hidden_dim, cfg.gradient_checkpointing)
         self._critic_optimizers()
 
@@ -418,7 +416,8 @@ class IAC(ActorCritic):
             return actor_loss + cfg.value_loss_coef * critic_loss, actor_loss, critic_loss, *stats
 
         optimizer.zero_grad(set_to_none=True)
-        terms = accumulate_gradients(idx, loss_fn, cfg.gradient_accumulation_steps)  # forward + backward
+        sync = pass_sync(model, self.dist, len(idx))  # FSDP: every rank runs as many passes
+        terms = accumulate_gradients(idx, loss_fn, cfg.gradient_accumulation_steps, sync)  # forward + backward
         grad_norm = gradient_step(model, optimizer, len(idx), cfg.max_grad_norm, self.dist)
         metrics = {f"train/agent_{a}/grad_norm": grad_norm, f"train/agent_{a}/learning_rate": optimizer.param_groups[0]["lr"]}
         if terms:
@@ -430,7 +429,8 @@ class IAC(ActorCritic):
     def _save_extra_models(self, output_dir: str) -> None:
         """Separate critics go to `agent_{seat}/critic/` (`value_head.pt` in it); heads are saved with the agent."""
         for i, critic in enumerate(self.critics):
-            save_pretrained_with_head(critic, os.path.join(output_dir, self.seat_name(i), "critic"), self.tokenizers[i])
+            path = os.path.join(output_dir, self.seat_name(i), "critic")
+            save_gathered(critic, path, self.tokenizers[i], self.sharding)
 
 
 # ----- MAAC --------------------------------------------------------------------------------------
@@ -493,7 +493,7 @@ class MAAC(ActorCritic):
         return metrics
 
     def _save_extra_models(self, output_dir: str) -> None:
-        save_pretrained_with_head(self.critics[0], os.path.join(output_dir, "critic"), self.tokenizers[0])
+        save_gathered(self.critics[0], os.path.join(output_dir, "critic"), self.tokenizers[0], self.sharding)
 
 
 IACTrainer = IAC

@@ -115,6 +115,9 @@ class MARLHFConfig(LearnerConfig):
         self.policy_args = self._policy_args(getattr(self, "flat_backend_fields", {}))
         if self.num_turns != 1:
             raise ValueError(f"preference learning scores single-turn joint answers; num_turns must be 1, got {self.num_turns}.")
+        if self.sharding == "fsdp":
+            raise ValueError("sharding='fsdp' needs torchrun, and MARLHF runs as one process (each rank would learn "
+                             "its own reward model); use sharding='none', or LoRA (peft_config) to fit larger agents.")
         if self.collaboration_mode != "decentralized":
             raise ValueError(f"collaboration_mode {self.collaboration_mode!r} is not supported; use 'decentralized'.")
         canonicalize(self, "pair_selection", PAIR_SELECTIONS)

@@ -1,7 +1,7 @@
 """Training checkpoints: save, and resume in one pass (read, validate everything, then apply).
 
 `checkpoint.py` writes and loads a `TrainingState` (`state.py`), with its RNG states (`rng.py`), weights
-(`weights.py`), fingerprints (`fingerprints.py`) and atomic writes (`atomic.py`); on load it reads
+(`weights.py`), FSDP shards (`sharded.py`), fingerprints (`fingerprints.py`) and atomic writes (`atomic.py`); on load it reads
 `state.json` within limits (`metadata.py`), checks the learner matches (`compatibility.py`), every file
 against its SHA-256 (`digests.py`) and every state (`validation.py`) before anything changes; `manager.py`
 decides when `learn()` saves and which snapshots it keeps. May import `learners.parallel`; nothing else of ours.

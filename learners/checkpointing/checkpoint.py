@@ -22,6 +22,8 @@ Layout of `checkpoint_dir/checkpoint-{sequence}/` (`sequence` counts this run's 
     rng.pt                      python, numpy, torch CPU and CUDA RNG states (`rng.py`; weights_only=True)
     callbacks.pt                `state_dict()` of stateful callbacks, datasets, reward functions,
                                 formatters, ... and the learner's `extra_state()` (weights_only=True)
+    shards/                     under FSDP: the sharded models and their optimizers, one safetensors file
+                                per rank (`sharded.py`); `models/` and `optim.pt` then hold the rest
 
 Nothing is unpickled: JSON, safetensors and `torch.load(weights_only=True)`.
 
@@ -170,6 +172,8 @@ def save_checkpoint(path: str | os.PathLike, state: TrainingState) -> str:
     """
     path = _expand(path)
     dist = state.dist
+    if state.shards is not None:  # every rank writes its shards; rank 0 moves them into the checkpoint
+        state.shards.write(path, staging_tag(state.run_id))
     if dist is not None and not dist.is_main:  # rank 0 writes; the others hand over their RNG states
         gather_rng(dist)
         dist.barrier()
@@ -211,6 +215,11 @@ def resume_checkpoint(path: str | os.PathLike, state_for: Callable[[dict[str, An
         check_compatible(saved, state)
     except ValueError as exc:
         raise CheckpointError(f"checkpoint {path!r} {exc}") from exc
+    if state.shards is not None:
+        try:
+            state.shards.check(path)
+        except ValueError as exc:
+            raise CheckpointError(f"checkpoint {path!r}: {exc}.") from exc
     tensors, optim, rng, extras = _read_files(path, saved, state.modules)
     _check_optim(path, optim, state.optimizers, state.schedulers)
     try:
@@ -230,6 +239,8 @@ def resume_checkpoint(path: str | os.PathLike, state_for: Callable[[dict[str, An
         opt.load_state_dict(sd)
     for sch, sd in zip(state.schedulers, optim["schedulers"]):
         sch.load_state_dict(sd)
+    if state.shards is not None:
+        state.shards.load(path)
     _warn_if_inexact(path, saved.get("numerics"), numerics(state.modules, state.config.get("mixed_precision")))
     restore_rng(rng, state.dist)
     return {"progress": dict(saved["progress"]), "run_id": saved["run_id"], "sequence": saved["sequence"],
@@ -242,6 +253,8 @@ def resume_checkpoint(path: str | os.PathLike, state_for: Callable[[dict[str, An
 def _write(state: TrainingState, out: str) -> None:
     """Write every file of a checkpoint into the (staging) directory `out`, `state.json` last."""
     shapes = write_weights(state.modules, os.path.join(out, "models"))
+    if state.shards is not None:
+        state.shards.place(out)
     torch.save({"optimizers": [o.state_dict() for o in state.optimizers],
                 "schedulers": [s.state_dict() for s in state.schedulers]}, os.path.join(out, "optim.pt"))
     torch.save(gather_rng(state.dist), os.path.join(out, "rng.pt"))
@@ -267,6 +280,7 @@ def _write(state: TrainingState, out: str) -> None:
         "progress": {k: int(state.progress[k]) for k in PROGRESS_KEYS},
         "num_agents": state.num_agents,
         "world_size": state.dist.world_size if state.dist is not None else 1,
+        "sharded": state.shards.summary() if state.shards is not None else None,
         "config": plain_config(state.config),
         "tokenizers": tokenizer_fingerprints(state.tokenizers),
         "data": state.data,

@@ -83,6 +83,9 @@ class TrainingState:
     """The wandb run's `id`, `project`, `entity` and `name` (the known ones), or None."""
     dist: Distributed | None
     """The torchrun process group when the run spans several processes, else None."""
+    shards: Any = None
+    """The modules sharded with FSDP and their optimizers (`learners.checkpointing.sharded.ShardedState`), written
+    by every rank to `shards/`; None without FSDP. `modules` and `optimizers` then hold only the others."""
 
 
 def find_stateful(callbacks: Sequence[Any], envs: dict[str, Any], functions: dict[str, Any],

@@ -16,6 +16,7 @@ import os
 from typing import Any, ClassVar, Iterable
 
 from learners.rollout.backends.vllm_engines import check_vllm_arguments, require_vllm
+from learners.parallel.fsdp import SHARDINGS
 from learners.rollout.settings import (
     SAMPLING_NUMBERS,
     GenerationSettings,
@@ -210,7 +211,16 @@ class LearnerConfig(metaclass=ConfigMeta):
     gradient_checkpointing: bool = False
     """Recompute layer activations in the backward pass (agents and critics): less memory, more compute."""
     mixed_precision: str | None = None
-    """"bf16": run rollouts and losses under bfloat16 autocast on the agents' device type; None: full precision."""
+    """"bf16": run rollouts and losses under bfloat16 autocast on the agents' device type; None: full precision.
+    With `sharding="fsdp"` also FSDP's bf16 parameters with fp32 gradient reduction."""
+    sharding: str = "none"
+    """"fsdp": under torchrun (>= 2 processes), shard every trainable model (agents, critics, LoRA base and
+    adapters) over the ranks with FSDP2, with its gradients and optimizer states; checkpoints are then sharded
+    (torch.distributed.checkpoint) and `save_model` gathers plain HF folders. "none": each rank holds whole
+    models (data parallelism). See docs/scaling.md."""
+    fsdp_cpu_offload: bool = False
+    """With `sharding="fsdp"`: keep the shards, gradients and optimizer states in CPU memory (FSDP's
+    CPUOffloadPolicy), for agents whose training state does not fit the GPUs."""
 
     # ----- generation backend -----
     generation_backend: str = "hf"
@@ -294,6 +304,7 @@ class LearnerConfig(metaclass=ConfigMeta):
         if self.mixed_precision not in (None, "bf16"):
             raise ValueError(f"mixed_precision must be None or 'bf16', got {self.mixed_precision!r}.")
         canonicalize(self, "parallel_training", ("none", "mp"))
+        self.check_sharding()
         sinks = [] if self.report_to in (None, "none") else [self.report_to] if isinstance(self.report_to, str) \
             else list(self.report_to)
         unknown = [s for s in sinks if s not in ("tensorboard", "wandb")]
@@ -314,6 +325,25 @@ class LearnerConfig(metaclass=ConfigMeta):
                                  "rank's in-process engine would join torchrun's process group, which is not "
                                  'supported yet. Use one process, or generation_backend="hf".')
             require_vllm()
+
+    def check_sharding(self) -> None:
+        """`sharding` is "none" or "fsdp", and FSDP leaves placement to torchrun (one device per process)."""
+        canonicalize(self, "sharding", SHARDINGS)
+        if self.fsdp_cpu_offload and self.sharding != "fsdp":
+            raise ValueError("fsdp_cpu_offload=True offloads FSDP shards: set sharding='fsdp' too, or leave it False.")
+        if self.sharding != "fsdp":
+            return
+        placed = [f"{name}={getattr(self, name)!r}" for name in ("agent_devices", "critic_devices", "reference_devices")
+                  if isinstance(getattr(self, name, None), (list, tuple))]
+        if self.parallel_training != "none":
+            placed.append(f"parallel_training={self.parallel_training!r}")
+        if placed:
+            raise ValueError(f"sharding='fsdp' puts each torchrun process on its own device (cuda:LOCAL_RANK, or the "
+                             f"cpu), but {', '.join(placed)} places models per agent: leave the *_devices lists unset "
+                             "and parallel_training='none'.")
+        if self.peft_config is not None and self.merge_adapters_on_save:
+            raise ValueError("merge_adapters_on_save=True is not available with sharding='fsdp': save_model writes "
+                             "each agent's adapter; merge it into its base after training (peft's merge_and_unload).")
 
     def generation_settings(self) -> "GenerationSettings":
         """How the agents sample under this config (the rollout engine's settings)."""

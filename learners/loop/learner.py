@@ -33,6 +33,7 @@ from comlrl_env import TextParallelEnv
 from learners.checkpointing.checkpoint import resume_checkpoint, save_checkpoint
 from learners.checkpointing.fingerprints import data_fingerprint
 from learners.checkpointing.manager import CheckpointManager
+from learners.checkpointing.sharded import ShardedState
 from learners.checkpointing.state import (
     StateHooks,
     TrainingState,
@@ -54,11 +55,12 @@ from learners.models.agents import (
     load_agents,
     model_groups,
     model_name,
-    save_pretrained_with_head,
+    save_gathered,
 )
-from learners.models.fixed import Frozen, split_seats
+from learners.models.fixed import Frozen, seat_record, split_seats
 from learners.models.lora import attach_adapters
 from learners.parallel.distributed import Distributed
+from learners.parallel.fsdp import Sharding
 from learners.parallel.placement import check_shared_devices, resolve_devices
 from learners.rollout import Rollout, RolloutEngine, check_rollout_size
 from learners.rollout.backends.vllm import VLLMBackend
@@ -140,6 +142,7 @@ class Learner(abc.ABC):
         seat_devices = resolve_devices(cfg.agent_devices, self.num_seats, local_rank=self.dist.local_rank,
                                        parallel_training=cfg.parallel_training)  # one per seat, fixed ones too
         self.devices = [seat_devices[s] for s in self.seats]
+        self.sharding = Sharding(cfg, self.dist, self.devices)  # FSDP: under torchrun, one device per process
         self.model_config = dict(model_config or {})
         self.critic_model, self.critic_sources = critic_model, critics
         check_shared_devices(self.devices, self.model_agents(), [self.env.possible_agents[s] for s in self.seats])
@@ -189,6 +192,7 @@ class Learner(abc.ABC):
         self.schedulers = [self._scheduler(o) for o in self.optimizers]
         self.relabel: Callable[[Rollout], Rollout] | None = None  # MARLHF: its reward model's scores as rewards
         self.wrapper: Any = None  # a learner driving this one (MARLHF): its state joins checkpoints
+        self.sharding.shard(self.checkpoint_modules(), self.checkpoint_optimizers()[0], frozen=self.reference_models)
         self.run_id = self.dist.gather(uuid.uuid4().hex)[0]  # one run id, rank 0's, on every rank
         self.checkpoint_sequence = 0
         self.wandb_identity: dict[str, Any] | None = None  # the last wandb run's, kept for later checkpoints
@@ -220,8 +224,7 @@ class Learner(abc.ABC):
         """`(num_generations, rollout_mode, joint_mode)` of this learner's training rollouts."""
         return self.args.num_generations, "parallel", "aligned"
 
-    def model_agents(self) -> list[list[int]]:
-        """The trained agents of each model (`agents_by_model`); model m's optimizer is `optimizers[m]`."""
+    def model_agents(self) -> list[list[int]]:  # model m's optimizer is optimizers[m]
         return agents_by_model(self.model_index)
 
     @abc.abstractmethod
@@ -311,7 +314,8 @@ class Learner(abc.ABC):
     def collect(self, roots: list[TextParallelEnv], num_generations: int, rollout_mode: str = "parallel",
                 joint_mode: str = "aligned") -> Rollout:
         """Play the reset `roots` to the end (training sampling), apply `relabel`, count into `env_steps`."""
-        rollout = self.engine.collect(roots, num_generations, rollout_mode, joint_mode, self.args.discount)
+        with self.sharding.gathered(self.agents):  # FSDP: ranks sample to different lengths on whole weights
+            rollout = self.engine.collect(roots, num_generations, rollout_mode, joint_mode, self.args.discount)
         rollout.timings.update(self.engine.backend.finish_rollout())  # e.g. the seconds of weight sync
         if self.relabel is not None:
             rollout = self.relabel(rollout)
@@ -324,25 +328,27 @@ class Learner(abc.ABC):
     def evaluate(self, num_eval_samples: int | None = None, greedy: bool | None = None) -> dict[str, float]:
         """Play `num_eval_samples` episodes of `eval_env` with one sample per agent per turn, always under the
         task reward; log and return the `eval/*` metrics (see `learners.loop.evaluation.evaluate`)."""
-        return evaluate(self, num_eval_samples, greedy)
+        with self.sharding.gathered(self.agents):  # FSDP: every rank gathers, rank 0 evaluates
+            return evaluate(self, num_eval_samples, greedy)
 
     # ----- evaluation and export -----------------------------------------------------
 
     def save_model(self, output_dir: str) -> None:
-        """Write `output_dir/agent_{seat}/` for every trained seat (model + tokenizer, loadable by the Auto
-        classes; a self-play model under each of its seats) and `comlrl_env.json`."""
-        if not self.dist.is_main:  # weights are identical on every rank: rank 0 writes them
-            self.dist.barrier()
-            return
+        """Write `output_dir/agent_{seat}/` for every trained seat (model + tokenizer, loadable by the Auto classes; a
+        self-play model under each of its seats) and `comlrl_env.json`; rank 0 writes (FSDP: gathered from all)."""
+        if not self.dist.is_main and not self.sharding.enabled:  # weights are identical on every rank
+            return self.dist.barrier()
         os.makedirs(output_dir, exist_ok=True)
         for a, (model, tok) in enumerate(zip(self.agents, self.tokenizers)):
-            save_pretrained_with_head(model, os.path.join(output_dir, self.seat_name(a)), tok)
+            save_gathered(model, os.path.join(output_dir, self.seat_name(a)), tok, self.sharding)
         self._save_extra_models(output_dir)
-        manifest = {"learner": type(self).__name__, "library_version": LIBRARY_VERSION, "num_agents": self.num_agents,
-                    "agent_sources": self.agent_names, **self._seat_record(), "env_num_turns": self.env.num_turns,
-                    "config": dataclasses.asdict(self.args)}
-        with open(os.path.join(output_dir, "comlrl_env.json"), "w", encoding="utf-8") as f:
-            json.dump(manifest, f, indent=2, default=str)
+        if self.dist.is_main:
+            manifest = {"learner": type(self).__name__, "library_version": LIBRARY_VERSION,
+                        "num_agents": self.num_agents, "agent_sources": self.agent_names,
+                        **seat_record(self.env.possible_agents, self.fixed),
+                        "env_num_turns": self.env.num_turns, "config": dataclasses.asdict(self.args)}
+            with open(os.path.join(output_dir, "comlrl_env.json"), "w", encoding="utf-8") as f:
+                json.dump(manifest, f, indent=2, default=str)
         self.dist.barrier()
 
     def _save_extra_models(self, output_dir: str) -> None:
@@ -353,12 +359,13 @@ class Learner(abc.ABC):
     def training_state(self, epoch: int | None = None) -> TrainingState:
         """Everything a checkpoint holds, as plain data; the data order fingerprinted at `epoch` (default: now)."""
         optimizers, schedulers = self.checkpoint_optimizers()
+        shards, modules, optimizers = ShardedState.split(self.checkpoint_modules(), optimizers, self.dist)
         order = self.epoch_order(self.env, self.epoch if epoch is None else epoch)
         return TrainingState(
             learner=type(self).__name__, learner_class=qualified_name(type(self)),
             library_version=LIBRARY_VERSION, num_agents=self.num_agents,
             config=dataclasses.asdict(self.args), config_defaults=config_defaults(self.args),
-            modules=self.checkpoint_modules(), optimizers=optimizers, schedulers=schedulers,
+            modules=modules, optimizers=optimizers, schedulers=schedulers, shards=shards,
             stateful=find_stateful(self.callbacks, {"env": self.env, "eval_env": self.eval_env},
                                    {"reward_func": self.reward_func, "eval_logger": self.eval_logger,
                                     "eval_aggregator": self.eval_aggregator}, owner=self),
@@ -462,7 +469,8 @@ class Learner(abc.ABC):
         samples = rollout.samples[a]
         if samples.logprobs is not None:
             return samples.logprobs
-        return sampled_logprobs(self.agents[a], samples, temperature=self.engine.backend.support(a))
+        with self.sharding.gathered([self.agents[a]]):  # FSDP: ranks may score different numbers of rows
+            return sampled_logprobs(self.agents[a], samples, temperature=self.engine.backend.support(a))
 
     def scoring_supports(self) -> list[Support]:
         """The distribution each trained agent's tokens are scored under: its generation backend's
@@ -489,12 +497,4 @@ class Learner(abc.ABC):
     def _run_config(self) -> dict[str, Any]:
         """What the run logs as its settings: the config, plus the env's own turn count and seats."""
         return {"learner": type(self).__name__, "num_agents": self.num_agents, **dataclasses.asdict(self.args),
-                "env_num_turns": self.env.num_turns, **self._seat_record()}
-
-    def _seat_record(self) -> dict[str, Any]:
-        """Which env seat each trained agent plays, and what plays the fixed seats (empty without any)."""
-        if not self.fixed:
-            return {}
-        seats = self.env.possible_agents
-        return {"trained_seats": [seats[s] for s in range(self.num_seats) if s not in self.fixed],
-                "fixed_seats": {seats[s]: policy.describe() for s, policy in sorted(self.fixed.items())}}
+                "env_num_turns": self.env.num_turns, **seat_record(self.env.possible_agents, self.fixed)}

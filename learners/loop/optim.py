@@ -3,12 +3,14 @@
 An update of a model on a minibatch reads, in the learner's own file:
 
     optimizer.zero_grad(set_to_none=True)
-    loss, *stats = accumulate_gradients(idx, loss_fn, cfg.gradient_accumulation_steps)  # forward + backward
+    sync = pass_sync(model, dist, len(idx))  # a model sharded with FSDP: keep ranks' passes in step, else None
+    loss, *stats = accumulate_gradients(idx, loss_fn, cfg.gradient_accumulation_steps, sync)  # forward + backward
     grad_norm = gradient_step(model, optimizer, len(idx), cfg.max_grad_norm, dist)      # average, clip, step
 
 `accumulate_gradients` splits the minibatch into micro-batches whose weighted gradients add up to the
 gradient of the minibatch mean; `gradient_step` averages gradients over torchrun ranks into the global
-minibatch mean, clips and steps. `adamw` builds every optimizer.
+minibatch mean (a model sharded with FSDP has them reduced in its backward already), clips and steps.
+`adamw` builds every optimizer.
 """
 
 from __future__ import annotations
@@ -20,6 +22,7 @@ from typing import Any, Callable, Sequence
 import torch
 
 from learners.loop.losses import POLICY_STATS, policy_terms
+from learners.parallel.fsdp import PassSync, fsdp_root, pass_sync
 from learners.rollout.scoring import completion_logprobs
 
 __all__ = ["PolicyBatch", "accumulate_gradients", "adamw", "clip_grad", "gradient_step", "lr_schedule", "policy_step"]
@@ -72,7 +75,7 @@ def _keep_own_kernel(optimizer: torch.optim.Optimizer, state_dict: dict[str, Any
 
 
 def accumulate_gradients(idx: torch.Tensor, loss_fn: Callable[[torch.Tensor], LossTerms],
-                         micro_batches: int) -> tuple[float, ...]:
+                         micro_batches: int, sync: PassSync | None = None) -> tuple[float, ...]:
     """Backward the mean loss over the samples `idx` in up to `micro_batches` parts; return the mean of each term.
 
     `loss_fn(micro_idx)` returns the mean loss over `micro_idx` (consecutive samples of `idx`), or a tuple
@@ -80,15 +83,23 @@ def accumulate_gradients(idx: torch.Tensor, loss_fn: Callable[[torch.Tensor], Lo
     with weight len(micro_idx) / len(idx), so the gradients add up to those of the mean over `idx`:
     sum_m |m| / |idx| * grad mean_{s in m} l_s = grad mean_{s in idx} l_s. Parts are as even as possible,
     e.g. 5 samples in 2 parts: 3 + 2; never empty. An empty `idx` backwards nothing and returns ().
+
+    `sync` (a model sharded with FSDP, `learners.parallel.fsdp.pass_sync`): each loss is also scaled by
+    `sync.scale`, and this rank adds zero-weight passes on sample 0 until it has run as many as every other rank.
     """
     means: list[float] = []
-    for micro in torch.tensor_split(idx, min(micro_batches, len(idx))) if len(idx) else []:
+    parts = torch.tensor_split(idx, min(micro_batches, len(idx))) if len(idx) else []
+    scale, padding = (1.0, 0) if sync is None else (sync.scale, sync.padding(len(parts)))  # collective before passes
+    for micro in parts:
         weight = len(micro) / len(idx)
         out = loss_fn(micro)
         terms = out if isinstance(out, tuple) else (out,)
-        (terms[0] * weight).backward()  # frees this micro-batch's activations before the next forward
+        (terms[0] * (weight * scale)).backward()  # frees this micro-batch's activations before the next forward
         values = [float(t.detach()) * weight for t in terms]
         means = [m + v for m, v in zip(means, values)] if means else values
+    for _ in range(padding):  # FSDP's forward and backward are collectives: every rank runs as many
+        out = loss_fn(torch.zeros(1, dtype=torch.long))
+        ((out[0] if isinstance(out, tuple) else out) * 0.0).backward()
     return tuple(means)
 
 
@@ -101,7 +112,7 @@ def gradient_step(model: torch.nn.Module, optimizer: torch.optim.Optimizer, loca
     A NaN or infinite gradient norm (a non-finite reward, return, loss or weight upstream) raises
     `FloatingPointError` before the step, so the weights and the last checkpoint stay intact.
     """
-    if dist is not None and dist.enabled:
+    if dist is not None and dist.enabled and fsdp_root(model) is None:  # FSDP reduced them in the backward
         total = dist.sum(local_count)
         dist.average_gradients(model, local_count / total if total else 0.0)
     norm = clip_grad(model, max_grad_norm)
@@ -149,12 +160,13 @@ def policy_step(model: torch.nn.Module, optimizer: torch.optim.Optimizer, parts:
     `cfg` gives the loss and step settings. Returns the loss, the `POLICY_STATS` (row-weighted over the
     parts), the gradient norm and the learning rate (MAGRPO, IAC and MAAC actors all step here)."""
     total = sum(len(part.idx) for part in parts)
+    sync = pass_sync(model, dist, total)
     optimizer.zero_grad(set_to_none=True)
     terms: tuple[float, ...] = ()
     for part in parts:
-        if not len(part.idx):
+        if not len(part.idx) and sync is None:
             continue
-        share = len(part.idx) / total
+        share = len(part.idx) / max(total, 1)
 
         def loss_fn(micro: torch.Tensor, part: PolicyBatch = part, share: float = share) -> tuple[torch.Tensor, ...]:
             batch = part.samples.select(micro)
@@ -163,8 +175,8 @@ def policy_step(model: torch.nn.Module, optimizer: torch.optim.Optimizer, parts:
             return tuple(share * t for t in policy_terms(logprobs, old, part.advantages[micro], batch.completion_mask,
                                                          cfg.clip_range, cfg.length_normalization))
 
-        got = accumulate_gradients(part.idx, loss_fn, cfg.gradient_accumulation_steps)  # forward + backward
-        terms = tuple(a + b for a, b in zip(terms, got)) if terms else got
+        got = accumulate_gradients(part.idx, loss_fn, cfg.gradient_accumulation_steps, sync)  # forward + backward
+        terms = tuple(a + b for a, b in zip(terms, got)) if terms and got else terms or got
     grad_norm = gradient_step(model, optimizer, total, cfg.max_grad_norm, dist)
     return {"grad_norm": grad_norm, "learning_rate": optimizer.param_groups[0]["lr"],
             **dict(zip(("loss", *POLICY_STATS), terms))}

@@ -26,7 +26,7 @@ from transformers import AutoModelForCausalLM, AutoTokenizer, PreTrainedModel, P
 
 __all__ = ["agent_count", "agents_by_model", "check_model_path", "convert_gguf", "enable_gradient_checkpointing",
            "hub_progress_hidden", "load_agents", "load_causal_lm", "model_groups", "model_name", "prepare_tokenizer",
-           "save_pretrained_with_head", "weights_match"]
+           "save_gathered", "save_pretrained_with_head", "weights_match"]
 
 _MODEL_CONFIG_KEYS = {"dtype", "torch_dtype", "attn_implementation", "model_kwargs", "special_tokens",
                       "critic_model_kwargs", "critic_value_head_hidden_dim"}
@@ -261,18 +261,31 @@ def enable_gradient_checkpointing(model: torch.nn.Module) -> None:
             module.training = True
 
 
-def save_pretrained_with_head(model: torch.nn.Module, path: str, tokenizer: Any = None) -> None:
-    """`save_pretrained` the backbone (loadable by the Auto classes); a `value_head` goes to `value_head.pt`."""
+def save_pretrained_with_head(model: torch.nn.Module, path: str, tokenizer: Any = None,
+                              state_dict: dict[str, torch.Tensor] | None = None) -> None:
+    """`save_pretrained` the backbone (loadable by the Auto classes); a `value_head` goes to `value_head.pt`.
+
+    `state_dict`: the weights to write (e.g. gathered from FSDP shards), by `model.state_dict()`'s keys;
+    None: the model's own."""
     head = getattr(model, "value_head", None)
     with hub_progress_hidden():
         if head is None:
-            model.save_pretrained(path)
+            model.save_pretrained(path) if state_dict is None else model.save_pretrained(path, state_dict=state_dict)
         else:
-            state = {k: v for k, v in model.state_dict().items() if not k.startswith("value_head.")}
-            model.save_pretrained(path, state_dict=state)
-            torch.save(head.state_dict(), os.path.join(path, "value_head.pt"))
+            state = model.state_dict() if state_dict is None else state_dict
+            model.save_pretrained(path, state_dict={k: v for k, v in state.items() if not k.startswith("value_head.")})
+            torch.save({k.removeprefix("value_head."): v for k, v in state.items() if k.startswith("value_head.")},
+                       os.path.join(path, "value_head.pt"))
     if tokenizer is not None:
         tokenizer.save_pretrained(path)
+
+
+def save_gathered(model: torch.nn.Module, path: str, tokenizer: Any, sharding: Any) -> None:
+    """`save_pretrained_with_head` on torchrun's rank 0 (`sharding`: a `learners.parallel.fsdp.Sharding`); a model
+    sharded with FSDP is gathered first, so under FSDP every rank calls this, for the same models in order."""
+    weights = sharding.full_state_dict(model)
+    if sharding.dist.is_main:
+        save_pretrained_with_head(model, path, tokenizer, weights)
 
 
 def model_groups(sources: Sequence[Any] | None, count: int) -> list[int]:

@@ -16,6 +16,7 @@ from typing import Any
 
 import torch
 from torch import nn
+from torch.distributed.fsdp import FSDPModule
 
 from learners.models.agents import enable_gradient_checkpointing, load_causal_lm
 
@@ -59,11 +60,22 @@ class CausalLMWithValueHead:
 
     @staticmethod
     def hidden_states(model: nn.Module, input_ids: torch.Tensor, attention_mask: torch.Tensor) -> torch.Tensor:
-        """Last-layer hidden states `(S, L, d)` of the backbone, positions following the mask."""
+        """Last-layer hidden states `(S, L, d)` of the backbone, positions following the mask.
+
+        A model sharded with FSDP gathers its root weights (embeddings, heads) only in its own forward, so
+        there the backbone's output is read through the model's forward (its LM head scores one position);
+        the root stays gathered after it, for the value head and LM head the caller applies."""
         positions = (attention_mask.cumsum(1) - 1).clamp(min=0)
-        out = model.base_model(input_ids=input_ids, attention_mask=attention_mask, position_ids=positions,
-                               use_cache=False)
-        return out.last_hidden_state
+        inputs = dict(input_ids=input_ids, attention_mask=attention_mask, position_ids=positions, use_cache=False)
+        if not isinstance(model, FSDPModule):
+            return model.base_model(**inputs).last_hidden_state
+        seen: list[torch.Tensor] = []
+        hook = model.base_model.register_forward_hook(lambda module, args, out: seen.append(out.last_hidden_state))
+        try:
+            model(**inputs, logits_to_keep=1)
+        finally:
+            hook.remove()
+        return seen[0]
 
 def load_critics(sources: list[Any], devices: list[torch.device], model_config: dict[str, Any],
                  hidden_dim: int | None = None, gradient_checkpointing: bool = False) -> list[nn.Module]:

@@ -34,7 +34,7 @@ from learners.models.agents import load_agents, model_name, weights_match
 from learners.rollout.engine import RolloutEngine
 from learners.rollout.settings import GenerationSettings
 
-__all__ = ["Frozen", "split_seats"]
+__all__ = ["Frozen", "seat_record", "split_seats"]
 
 
 class Frozen(FixedPolicy):
@@ -100,3 +100,12 @@ def split_seats(agents: Sequence[Any] | None, tokenizer: Any) -> tuple[list[Any]
     if isinstance(tokenizer, (list, tuple)) and len(tokenizer) == len(seats):
         tokenizer = [tok for i, tok in enumerate(tokenizer) if i not in fixed]
     return trained, fixed, tokenizer
+
+
+def seat_record(seats: Sequence[str], fixed: dict[int, FixedPolicy]) -> dict[str, Any]:
+    """What a run records of a mixed team: the env seats (`seats`, `possible_agents` order) the trained agents
+    play, and what plays each `fixed` seat (empty without fixed seats)."""
+    if not fixed:
+        return {}
+    return {"trained_seats": [seats[s] for s in range(len(seats)) if s not in fixed],
+            "fixed_seats": {seats[s]: policy.describe() for s, policy in sorted(fixed.items())}}

@@ -37,10 +37,12 @@ class AdapterAgent(nn.Module):
         self.adapter_name = adapter_name
         self.merge_on_save = merge_on_save
         marker = f".{adapter_name}."
+        self.peft_names: dict[str, str] = {}  # our parameter name -> the PEFT model's
         for name, param in peft_model.named_parameters():
             if marker in name:
                 param.requires_grad_(True)  # PEFT freezes inactive adapters; activate() toggles it per use
                 self.register_parameter(name.replace(".", "__"), param)
+                self.peft_names[name.replace(".", "__")] = name
         if not list(self.parameters()):
             raise ValueError(f"adapter {adapter_name!r} has no parameters; check peft_config.target_modules.")
 
@@ -79,15 +81,19 @@ class AdapterAgent(nn.Module):
         self.peft.to(*args, **kwargs)
         return self
 
-    def save_pretrained(self, path: str, state_dict: Any = None) -> None:
-        """An adapter dir (`adapter_config.json`, `adapter_model.safetensors`), or a merged full model."""
+    def save_pretrained(self, path: str, state_dict: dict[str, torch.Tensor] | None = None) -> None:
+        """An adapter dir (`adapter_config.json`, `adapter_model.safetensors`), or a merged full model.
+
+        `state_dict`: the adapter weights to write, by this agent's `state_dict()` keys (e.g. gathered from
+        FSDP shards); None: its own (the merged model always takes the live ones)."""
         if self.merge_on_save:
             twin = copy.deepcopy(self.peft)
             twin.set_adapter(self.adapter_name)
             twin.merge_and_unload(adapter_names=[self.adapter_name]).save_pretrained(path)
             return
         with tempfile.TemporaryDirectory(dir=os.path.dirname(os.path.abspath(path)) or ".") as tmp:
-            self.peft.save_pretrained(tmp, selected_adapters=[self.adapter_name])
+            weights = None if state_dict is None else {self.peft_names[k]: v for k, v in state_dict.items()}
+            self.peft.save_pretrained(tmp, selected_adapters=[self.adapter_name], state_dict=weights)
             # PEFT nests non-"default" adapters in a subdirectory named after them.
             source = os.path.join(tmp, self.adapter_name)
             source = source if os.path.isdir(source) else tmp

@@ -159,6 +159,7 @@ class HFBackend:
             num_return_sequences=num_samples,
             pad_token_id=tok.pad_token_id,
             eos_token_id=eos_ids,
+            synced_gpus=False,  # each process samples alone (FSDP: on gathered weights), never in lockstep
             **sampling,
         )
         kwargs.update(cfg.generation_kwargs)  # the user's generate arguments win (e.g. beam search)

@@ -1,0 +1,245 @@
+"""FSDP2 sharding (`sharding="fsdp"`): errors before work, and under torchrun on CPU (gloo) the sharded runs of
+`examples/fsdp.py` against one process: same losses and weights, half the memory per rank, exact resume after
+a kill, checkpoints that load on another number of ranks, exported folders that load with from_pretrained.
+
+The torchrun runs carry the `fsdp` marker (`make test-fsdp`, which `.ci/run` runs): about two minutes on 2 cores.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import torch
+from procs import child_env
+from safetensors.torch import load_file
+from torch import nn
+
+from learners import MAGRPO, MAGRPOConfig, MARLHFConfig
+from learners.parallel.distributed import Distributed
+from learners.parallel.fsdp import Sharding
+
+EXAMPLE = Path(__file__).resolve().parent.parent / "examples" / "fsdp.py"
+DATA = [{"prompt": f"Question {i}:"} for i in range(4)]
+
+
+def launch(out: Path, *args: str, nproc: int = 2, **popen) -> subprocess.Popen | None:
+    """Run the example under torchrun with `nproc` processes (None: as one plain process); waits unless popen."""
+    runner = ["-m", "torch.distributed.run", "--standalone", f"--nproc_per_node={nproc}"] if nproc else []
+    cmd = [sys.executable, *runner, str(EXAMPLE), "--out", str(out), *args]
+    env = child_env()  # every run compared here has this process's thread count
+    if popen:
+        return subprocess.Popen(cmd, env=env, text=True, **popen)
+    done = subprocess.run(cmd, capture_output=True, text=True, env=env, timeout=300)
+    assert done.returncode == 0, done.stderr[-4000:]
+    return None
+
+
+def report(out: Path, rank: int = 0) -> dict:
+    return json.loads((out / f"rank{rank}.json").read_text())
+
+
+# ----- errors before any work ---------------------------------------------------------------------------------
+
+
+def test_fsdp_outside_torchrun_or_on_one_rank_fails_when_the_learner_is_built(tiny_dir, monkeypatch):
+    monkeypatch.delenv("WORLD_SIZE", raising=False)
+    args = dict(num_train_epochs=1, num_generations=2, sharding="fsdp")
+    with pytest.raises(ValueError, match="not started by torchrun.*torchrun --nproc_per_node"):
+        MAGRPO(train_dataset=DATA, reward_func=lambda a, b: [0.0] * len(a), agent_model=tiny_dir, num_agents=2,
+               args=MAGRPOConfig(**args))
+    monkeypatch.setenv("WORLD_SIZE", "1")
+    with pytest.raises(ValueError, match="with 1 process shards nothing.*nproc_per_node >= 2"):
+        MAGRPO(train_dataset=DATA, reward_func=lambda a, b: [0.0] * len(a), agent_model=tiny_dir, num_agents=2,
+               args=MAGRPOConfig(**args))
+
+
+def test_fsdp_config_errors():
+    with pytest.raises(ValueError, match="sharding must be one of none, fsdp, got 'zero3'"):
+        MAGRPOConfig(sharding="zero3")
+    assert MAGRPOConfig(sharding="FSDP").sharding == "fsdp"
+    with pytest.raises(ValueError, match="fsdp_cpu_offload=True .* set sharding='fsdp'"):
+        MAGRPOConfig(fsdp_cpu_offload=True)
+    with pytest.raises(ValueError, match=r"own device .* but agent_devices=\['cpu', 'cpu'\] places"):
+        MAGRPOConfig(sharding="fsdp", agent_devices=["cpu", "cpu"])
+    with pytest.raises(ValueError, match="parallel_training='mp'"):
+        MAGRPOConfig(sharding="fsdp", parallel_training="mp")
+    with pytest.raises(ValueError, match="merge_adapters_on_save=True is not available with sharding='fsdp'"):
+        MAGRPOConfig(sharding="fsdp", peft_config={"r": 4}, merge_adapters_on_save=True)
+    with pytest.raises(ValueError, match="MARLHF runs as one process"):
+        MARLHFConfig(sharding="fsdp")
+
+
+def test_a_model_without_decoder_layers_is_refused_before_anything_is_sharded(monkeypatch):
+    monkeypatch.setenv("WORLD_SIZE", "2")
+    sharding = Sharding(MAGRPOConfig(sharding="fsdp"), Distributed(rank=0, world_size=2))
+    model = nn.Sequential(nn.Linear(4, 4))
+    with pytest.raises(ValueError, match="cannot shard Sequential: it names no decoder layer class"):
+        sharding.shard({"agent_0": model}, [])
+    assert type(model) is nn.Sequential  # untouched
+    with pytest.raises(ValueError, match=r"own device \(cpu on this rank\) but critic_devices puts models on \['meta'\]"):
+        sharding.check_devices([torch.device("meta")], "critic")
+
+
+# ----- torchrun: two processes against one ----------------------------------------------------------------------
+
+
+@pytest.fixture(scope="module")
+def sharded(tmp_path_factory):
+    """MAGRPO, IAC, MAAC, then MAGRPO on ranks with unequal shares, one epoch each with sharding="fsdp" on 2 gloo
+    processes (beam search / greedy decoding, so that other runs can agree)."""
+    out = tmp_path_factory.mktemp("fsdp-two")
+    launch(out, "--learners", "magrpo", "iac", "maac", "uneven")
+    return out
+
+
+@pytest.fixture(scope="module")
+def single(tmp_path_factory):
+    """The same, as one process holding whole models (the same global batch of 4 task instances)."""
+    out = tmp_path_factory.mktemp("fsdp-one")
+    launch(out, "--learners", "magrpo", "iac", "maac", "--sharding", "none", nproc=0)
+    return out
+
+
+def max_diff(a: dict[str, torch.Tensor], b: dict[str, torch.Tensor]) -> float:
+    assert a.keys() == b.keys()
+    return max(float((a[k] - b[k]).abs().max()) for k in a)
+
+
+@pytest.mark.fsdp
+@pytest.mark.parametrize("learner", ["magrpo", "iac", "maac"])
+def test_two_sharded_ranks_match_one_process(sharded, single, learner):
+    two, one = report(sharded / learner), report(single / learner)
+    assert len(two["steps"]) == len(one["steps"]) == 2  # one epoch: 8 task instances in 2 rollouts of 4
+    for a, b in zip(two["steps"], one["steps"]):
+        assert a.keys() == b.keys() and len(a) == {"magrpo": 2, "iac": 4, "maac": 3}[learner]  # agents', critics'
+        for k in a:
+            assert abs(a[k] - b[k]) < 1e-5, (k, a[k], b[k])
+    assert any(abs(v) > 1e-2 for step in one["steps"] for v in step.values())  # losses that say something
+    final_two, final_one = load_file(sharded / learner / "weights.safetensors"), load_file(single / learner / "weights.safetensors")
+    start = load_file(Path(sharded) / "tiny-model-0" / "model.safetensors")
+    moved = max(float((final_one[f"agent_0.{k}"] - v).abs().max()) for k, v in start.items())
+    diff = max_diff(final_two, final_one)
+    print(f"{learner}: largest weight difference {diff:.2e} after updates of up to {moved:.2e}")
+    assert moved > 5e-4 and diff < 1e-5
+
+
+@pytest.mark.fsdp
+def test_ranks_with_unequal_shares_of_each_step_match_data_parallelism(sharded, tmp_path):
+    """2-turn episodes, half of which end after one, in dataset order: rank 1 plays all the second turns, so it
+    has twice rank 0's groups and other micro-batch counts; rank 0 joins half of the optimizer steps with no
+    samples (zero-weight passes) and each rank's loss is weighted by its share. Data parallelism on the same
+    ranks (sharding="none", gradients all-reduced after the backward) gives the same losses and weights."""
+    launch(tmp_path, "--learners", "uneven", "--sharding", "none")
+    fsdp, ddp = report(sharded / "uneven"), report(tmp_path / "uneven")
+    assert len(fsdp["steps"]) == len(ddp["steps"]) == 2
+    for a, b in zip(fsdp["steps"], ddp["steps"]):
+        assert a.keys() == b.keys() and all(abs(a[k] - b[k]) < 1e-5 for k in a), (a, b)
+    steps = [json.loads(line)["train/optimizer_steps"] for line in (sharded / "uneven" / "run" / "metrics.jsonl").open()]
+    assert steps == [4, 8]  # rank 1's 4 groups per rollout, one per step (train_batch_size=2 over 2 ranks)
+    diff = max_diff(load_file(sharded / "uneven" / "weights.safetensors"), load_file(tmp_path / "uneven" / "weights.safetensors"))
+    assert diff < 1e-5, diff
+
+
+@pytest.mark.fsdp
+@pytest.mark.parametrize("learner", ["magrpo", "iac", "maac"])
+def test_each_rank_holds_half_of_the_parameters_gradients_and_optimizer_states(sharded, single, learner):
+    whole = report(single / learner)["held"]
+    for rank in (0, 1):
+        held = report(sharded / learner, rank)
+        ratio = sum(held["held"].values()) / sum(whole.values())
+        print(f"{learner} rank {rank}: holds {held['held']} elements (parameters, gradients, AdamW states), "
+              f"one process {whole}: {ratio:.3f}x")
+        assert held["whole"] == whole  # the sharded tensors' global sizes: the same models and states
+        assert all(held["held"][k] > 0 for k in whole) and ratio <= 0.6
+
+
+@pytest.mark.fsdp
+def test_the_exported_folders_load_with_from_pretrained_and_equal_the_gathered_weights(sharded):
+    from transformers import AutoModelForCausalLM
+
+    for learner, folders in (("magrpo", {"agent_0": "agent_0", "agent_1": "agent_1"}),
+                             ("iac", {"agent_0": "agent_0", "critic_0": "agent_0/critic", "critic_1": "agent_1/critic"}),
+                             ("maac", {"agent_1": "agent_1", "critic_0": "critic"})):
+        gathered = load_file(sharded / learner / "weights.safetensors")
+        for name, folder in folders.items():
+            path = sharded / learner / "agents" / folder
+            loaded = AutoModelForCausalLM.from_pretrained(path).state_dict()
+            if (path / "value_head.pt").exists():
+                loaded.update({f"value_head.{k}": v for k, v in torch.load(path / "value_head.pt", weights_only=True).items()})
+            mine = {k.split(".", 1)[1]: v for k, v in gathered.items() if k.startswith(name + ".")}
+            assert json.loads((path / "config.json").read_text())["architectures"] == ["Qwen2ForCausalLM"]
+            assert loaded.keys() == mine.keys(), name
+            assert all(torch.equal(loaded[k], mine[k]) for k in mine), name
+    assert json.loads((sharded / "iac" / "agents" / "comlrl_env.json").read_text())["config"]["sharding"] == "fsdp"
+
+
+@pytest.mark.fsdp
+def test_a_kill_during_training_then_resume_is_exact(sharded, tmp_path):
+    """Killed (every process, SIGKILL) after rollout 2 was trained but before it was checkpointed; the resume
+    from checkpoint-1 (each rank's shards of weights and AdamW states) ends bit for bit where the run that was
+    never stopped ended."""
+    with open(tmp_path / "stderr.txt", "w") as err:
+        proc = launch(tmp_path, "--stall-after", "2", stdout=subprocess.PIPE, stderr=err, start_new_session=True)
+    try:
+        for line in proc.stdout:
+            if line.strip() == "stalled":
+                break
+    finally:
+        os.killpg(proc.pid, signal.SIGKILL)
+        proc.wait(timeout=60)
+        proc.stdout.close()
+    checkpoints = tmp_path / "magrpo" / "checkpoints"
+    assert sorted(os.listdir(checkpoints)) == ["checkpoint-1"], (tmp_path / "stderr.txt").read_text()[-3000:]
+    shards = sorted(os.listdir(checkpoints / "checkpoint-1" / "shards"))
+    assert shards == ["optimizers.json", "shard-00001-model-00001-of-00001.safetensors",
+                      "shard-00002-model-00001-of-00001.safetensors"]
+    launch(tmp_path, "--resume", str(checkpoints / "checkpoint-1"))
+    resumed, full = report(tmp_path / "magrpo"), report(sharded / "magrpo")
+    assert resumed["epoch"] == 1 and resumed["rollouts"] == 2
+    assert resumed["steps"] == full["steps"][1:]  # the rollout after the checkpoint, the same losses
+    a, b = load_file(tmp_path / "magrpo" / "weights.safetensors"), load_file(sharded / "magrpo" / "weights.safetensors")
+    assert a.keys() == b.keys() and all(torch.equal(a[k], b[k]) for k in a)
+    assert sorted(os.listdir(checkpoints)) == ["checkpoint-1", "checkpoint-2"]
+
+
+@pytest.mark.fsdp
+def test_a_two_rank_checkpoint_resumes_on_four_ranks(sharded, tmp_path):
+    """The shards are resharded on load: four ranks continue from the two ranks' weights and AdamW states
+    (the sampling streams start afresh, with a warning; decoding here is deterministic)."""
+    launch(tmp_path, "--resume", str(sharded / "magrpo" / "checkpoints" / "checkpoint-1"), nproc=4)
+    resumed = report(tmp_path / "magrpo")
+    assert resumed["rollouts"] == 2 and resumed["steps"][0].keys() == report(sharded / "magrpo")["steps"][1].keys()
+    diff = max_diff(load_file(tmp_path / "magrpo" / "weights.safetensors"),
+                    load_file(sharded / "magrpo" / "weights.safetensors"))
+    assert diff < 1e-5, diff
+
+
+@pytest.mark.fsdp
+def test_lora_agents_on_one_sharded_base_sample_train_and_export_their_adapters(tmp_path):
+    """Two LoRA agents on one base, both sharded: they sample together (one batched call, the lean loop) on the
+    gathered weights, each trains its own adapter shards, and save_model writes PEFT adapter folders."""
+    from peft import PeftModel
+    from transformers import AutoModelForCausalLM
+
+    launch(tmp_path, "--lora", "--sample")
+    out = tmp_path / "magrpo"
+    held = report(out)
+    ratio = sum(held["held"].values()) / sum(held["whole"].values())
+    print(f"LoRA adapters: rank 0 holds {held['held']} of {held['whole']} elements: {ratio:.3f}x")
+    assert all(held["held"][k] > 0 for k in held["whole"]) and ratio <= 0.6
+    gathered = load_file(out / "weights.safetensors")
+    for a in (0, 1):
+        base = AutoModelForCausalLM.from_pretrained(tmp_path / "tiny-model-0")
+        model = PeftModel.from_pretrained(base, out / "agents" / f"agent_{a}")
+        loaded = {k: v for k, v in model.state_dict().items() if "lora_" in k}
+        mine = {k: v for k, v in gathered.items() if k.startswith(f"agent_{a}.")}
+        assert len(loaded) == len(mine) > 0
+        by_name = {k.split(".", 1)[1].replace("__", ".").replace(f".agent_{a}.", ".default."): v for k, v in mine.items()}
+        assert all(torch.equal(loaded[k], by_name[k]) for k in loaded)
+        assert any(float(v.abs().max()) > 0 for k, v in loaded.items() if "lora_B" in k)  # trained (B starts at 0)
