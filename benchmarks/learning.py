@@ -11,7 +11,8 @@ the actor), `maac`, `marlhf` (rl_algorithm="magrpo"; single-turn tasks only, as 
 single-turn joint answers). Reference rows (`ref_*`, its own venv via
 `reference_learning.py`): MAGRPO, IAC (separate critic) and MAAC; `--ref-learners` adds `iac_shared`. Tasks (`learning_tasks.py`, dataset + reward function
 (+ external transition), so both libraries run the very same task): `dense`, `sparse`, `multiturn`, `coord`;
-plus `hanabi` (OpenSpiel tiny_hanabi, ours only: the reference trains on dataset + reward tasks).
+plus `hanabi` (OpenSpiel tiny_hanabi) and `tictactoe` (OpenSpiel tic_tac_toe, seat 0 against the random bot, MAGRPO
+only, with its own settings and a budget of 8192), ours only: the reference trains on dataset + reward tasks.
 
 Every run gets the same budget of sampled completions per agent (`--budget`), the same rows in the same
 seeded order, the same model (`benchmarks/_work/tiny`), reward, seed and settings
@@ -112,7 +113,8 @@ def build_ours(learner: str, task: str, seed: int, model: str, rows: list, rewar
     """Our learner for `learner` on `task`, with the shared settings."""
     from learners import IAC, MAAC, MAGRPO, MARLHF, IACConfig, MAACConfig, MAGRPOConfig, MARLHFConfig
 
-    s, spec = lt.SETTINGS, lt.TASKS[task]
+    spec = lt.TASKS[task]
+    s = spec.settings
     k = lt.group_size(learner, task)
     per_episode = lt.completions_per_episode(learner, task)
     common = dict(num_agents=2, num_turns=spec.num_turns, num_train_epochs=lt.epochs_for(budget, per_episode),
@@ -121,14 +123,24 @@ def build_ours(learner: str, task: str, seed: int, model: str, rows: list, rewar
                   shuffle=False, eval_interval=0, agent_devices="cpu", verbose=False, seed=seed)
     kw = dict(agent_model=model, train_dataset=rows, reward_func=reward, formatters=spec.formatters,
               external_transition=spec.transition, callbacks=callbacks)
+    if spec.learners is not None and learner not in spec.learners:
+        raise NotImplementedError(f"task {task} runs {', '.join(spec.learners)} only")
     if spec.env_id is not None:  # a registered env plays its own turns and pays its own rewards
         if learner == "marlhf":
             raise NotImplementedError("MARLHF here learns from dataset + reward tasks only")
-        kw = dict(env=spec.env_id, agent_model=model, callbacks=callbacks)
+        import comlrl_env
+        from comlrl_env.openspiel import OpenSpielBot
+
+        env = comlrl_env.make(spec.env_id, **spec.env_kwargs)
+        kw = dict(env=env, agent_model=model, callbacks=callbacks)
+        if spec.opponent is not None:  # seat 1 is a bot: one trained agent
+            kw = dict(env=env, agents=[model, OpenSpielBot(spec.opponent, seed=seed)], callbacks=callbacks)
+            common.pop("num_agents")
         # The game decides who moves and when it ends, so completions per episode vary: run until the budget stops it.
         common.update(num_turns=1, episodes_per_epoch=lt.NUM_PROMPTS, num_train_epochs=10_000)
     if learner in ("magrpo", "magrpo_global", "magrpo_cross", "magrpo_cf"):
         cfg = MAGRPOConfig(**common, num_generations=k, rollout_buffer_size=s["rollout_prompts"],
+                           rollout_mode=s.get("rollout_mode", "tree"),
                            joint_mode="cross" if learner in ("magrpo_cross", "magrpo_cf") else "aligned",
                            advantage_mode="counterfactual" if learner == "magrpo_cf" else "mean",
                            advantage_grouping="global" if learner == "magrpo_global" else "node")
@@ -150,6 +162,11 @@ def build_ours(learner: str, task: str, seed: int, model: str, rows: list, rewar
         return MAAC(args=MAACConfig(**ac), critic_model=model, **kw)
     separate = learner == "iac_separate"
     return IAC(args=IACConfig(**ac, use_separate_critic=separate), critic_model=model if separate else None, **kw)
+
+
+def task_budget(task: str, budget: int | None, smoke: bool) -> int:
+    """Completions per agent of a run on `task`: `--budget`, else the smoke or the task's own or the default."""
+    return budget or (SMOKE_BUDGET if smoke else lt.TASKS[task].budget or BUDGET)
 
 
 def run_ours(learner: str, task: str, seed: int, model: str, budget: int, out: str) -> dict:
@@ -219,7 +236,9 @@ def write_markdown(results: dict, path: str) -> None:
     lines = [f"# Learning benchmark ({results['model']}, {results['budget']} completions per agent per run, "
              f"seeds {results['seeds']})", "",
              "Final reward: mean task reward over the last 20% of each run's budget; mean ± std over seeds "
-             "(n = seeds that finished; ✗ = errors, see results.json).", "",
+             "(n = seeds that finished; ✗ = errors, see results.json). Budgets of their own: " +
+             (", ".join(f"{t} {b}" for t, b in results.get("task_budgets", {}).items() if b != results["budget"])
+              or "none") + ".", "",
              "| learner | " + " | ".join(tasks) + " |", "|---|" + "---|" * len(tasks)]
     for n in rows:
         cells = []
@@ -277,11 +296,12 @@ def write_plot(results: dict, path: str) -> bool:
     except ImportError:
         print("matplotlib is not installed: no learning.png", file=sys.stderr)
         return False
-    tasks, budget = results["tasks"], results["budget"]
+    tasks = results["tasks"]
     fig, axes = plt.subplots(1, len(tasks), figsize=(4.5 * len(tasks), 3.6), squeeze=False)
     names = sorted({_row_name(r) for r in results["runs"]}, key=lambda n: (n.startswith("ref_"), n))
     colors = {n: f"C{i % 10}" for i, n in enumerate(LEARNERS)}
     for ax, t in zip(axes[0], tasks):
+        budget = results.get("task_budgets", {}).get(t, results["budget"])
         # Runs stop at the first rollout past the budget (MARLHF: its preference stage may already pass a tiny one).
         top = max([p[0] for r in results["runs"] if r["task"] == t for p in r["curve"]] + [budget])
         grid = [top * (i + 1) / 20 for i in range(20)]
@@ -341,14 +361,14 @@ def main(argv=None) -> int:
     for task in a.tasks:
         for learner in a.learners:
             for seed in seeds:
-                r = run_ours(learner, task, seed, model, budget, a.out)
+                r = run_ours(learner, task, seed, model, task_budget(task, a.budget, a.smoke), a.out)
                 runs.append(r)
                 print(f"ours {learner:13s} {task:9s} seed {seed}: final "
                       f"{'—' if r['final'] is None else format(r['final'], '.3f')} ({r['completions']} completions, "
                       f"{r['seconds']:.1f} s){'  ERROR ' + r['error'][:200] if r['error'] else ''}", flush=True)
         if not a.no_reference and task in ref_tasks:
             for learner in ref_learners:
-                for r in run_reference(learner, task, seeds, model, budget):
+                for r in run_reference(learner, task, seeds, model, task_budget(task, a.budget, a.smoke)):
                     runs.append(r)
                     print(f"ref  {learner:13s} {task:9s} seed {r['seed']}: final "
                           f"{'—' if r['final'] is None else format(r['final'], '.3f')} "
@@ -356,6 +376,8 @@ def main(argv=None) -> int:
                           f"{'  ERROR ' + r['error'][:200] if r['error'] else ''}", flush=True)
     ref_versions = sorted({r["library"] for r in runs if r["side"] == "reference" and r.get("library")})
     results = {"model": model, "budget": budget, "seeds": seeds, "tasks": a.tasks, "settings": lt.SETTINGS,
+               "task_budgets": {t: task_budget(t, a.budget, a.smoke) for t in a.tasks},
+               "task_settings": {t: lt.TASKS[t].settings for t in a.tasks if lt.TASKS[t].settings != lt.SETTINGS},
                "final_reward": "mean training task reward over the last 20% of the budget",
                "versions": {"ours": runs[0]["library"] if runs else None, "reference": ref_versions,
                             "torch": torch.__version__, "transformers": transformers.__version__},

@@ -24,6 +24,15 @@ Tasks (2 agents, shared reward in [0, 1]):
   `difflib` ratio between the stripped, lower-cased completion and the agent's own word, which
   only its partner sees: a decentralized critic cannot tell the instances apart, a centralized
   one (MAAC) can.
+
+Env tasks (ours only: the reference trains on dataset + reward tasks): `hanabi` (OpenSpiel tiny_hanabi, both
+seats trained) and `tictactoe` (OpenSpiel tic_tac_toe, seat 0 trained against the uniform random bot, with its
+own settings, `Task.settings`): one-token answers naming a numbered legal action (`numbered_actions=True`; a
+random tiny model names a legal action in about 1 of 200 tokens, and none in 3-token `1,1` answers), trained
+with `invalid_action="random"` (each invalid move costs the utility range, 2, at once: a dense signal) and
+evaluated by the tests under the default forfeit. MAGRPO only; its budget is 8192 completions per agent.
+The curve is the training reward: the trained seat's return with the penalties (about -8 untrained, +0.6
+once it names legal moves and wins most games).
 """
 
 from __future__ import annotations
@@ -44,6 +53,18 @@ TOPICS = ("the sea", "a small town", "winter", "a red kite", "an old clock", "th
 WORDS = ("red", "blue", "green", "gold")
 _DIGIT = re.compile(r"\d")
 
+SETTINGS: Dict[str, Any] = {
+    "num_generations": 4,
+    "max_new_tokens": 12,
+    "temperature": 1.0,
+    "top_p": 1.0,
+    "top_k": 50,  # explicit on both sides: the reference's top_k=None still samples the top 50 (transformers' default)
+    "learning_rate": 5e-3,  # agents and critics; a 0.3M random model needs a large step to move in a few hundred samples
+    "rollout_prompts": 2,  # task instances per rollout (the reference MAGRPO's rollout_buffer_size)
+    "ac_samples_per_step": 8,  # IAC/MAAC samples per optimizer step (the reference's rollout_buffer_size)
+    "final_fraction": 0.2,  # final reward = mean training reward over the last 20% of the budget
+}
+
 
 class Task:
     """One benchmark task: rows, reward, formatters, turns and transition."""
@@ -51,10 +72,17 @@ class Task:
     def __init__(self, name: str, rows: Callable[[], List[Dict[str, Any]]], reward: Callable[..., List[float]],
                  num_turns: int = 1, formatters: Optional[Sequence[Callable[..., str]]] = None,
                  transition: Optional[Callable[..., List[str]]] = None, doc: str = "",
-                 env_id: Optional[str] = None) -> None:
+                 env_id: Optional[str] = None, env_kwargs: Optional[Dict[str, Any]] = None,
+                 opponent: Optional[str] = None, settings: Optional[Dict[str, Any]] = None,
+                 learners: Optional[Sequence[str]] = None, budget: Optional[int] = None) -> None:
         self.name, self.rows, self.reward = name, rows, reward
         self.num_turns, self.formatters, self.transition, self.doc = num_turns, formatters, transition, doc
         self.env_id = env_id  # a registered env (ours only: the reference trains on dataset + reward tasks)
+        self.env_kwargs = dict(env_kwargs or {})  # passed to make(env_id)
+        self.opponent = opponent  # seat 1 is this OpenSpiel bot kind ("random") instead of a trained agent
+        self.settings = {**SETTINGS, **(settings or {})}  # SETTINGS with this task's overrides
+        self.learners = tuple(learners) if learners else None  # None: every learner
+        self.budget = budget  # completions per agent per run when --budget is not given (None: the default)
 
 
 # ----- dense: whitespace -----
@@ -164,7 +192,15 @@ TASKS: Dict[str, Task] = {
     "coord": Task("coord", _coord_rows, partner_word_reward, formatters=[_coord_formatter(0), _coord_formatter(1)],
                   doc="each agent sees only its partner's word"),
     "hanabi": Task("hanabi", lambda: [], None, num_turns=2, env_id="openspiel/tiny_hanabi-v0",
+                   env_kwargs={"invalid_action": "random", "numbered_actions": True},
+                   settings={"max_new_tokens": 1, "learning_rate": 3e-2},
                    doc="cooperative game, turn-taking: OpenSpiel tiny_hanabi (ours only)"),
+    "tictactoe": Task("tictactoe", lambda: [], None, env_id="openspiel/tic_tac_toe-v0",
+                      env_kwargs={"invalid_action": "random", "numbered_actions": True}, opponent="random",
+                      settings={"max_new_tokens": 1, "learning_rate": 3e-2, "top_k": None, "num_generations": 8,
+                                "rollout_prompts": 16, "rollout_mode": "parallel"},  # a tree is K^moves
+                      learners=("magrpo",), budget=8192,
+                      doc="x against the random bot: OpenSpiel tic_tac_toe (ours only)"),
 }
 
 
@@ -175,25 +211,12 @@ def dataset(task: str, seed: int) -> List[Dict[str, Any]]:
     return rows
 
 
-# ----- settings and bookkeeping both sides share -----
-
-SETTINGS: Dict[str, Any] = {
-    "num_generations": 4,
-    "max_new_tokens": 12,
-    "temperature": 1.0,
-    "top_p": 1.0,
-    "top_k": 50,  # explicit on both sides: the reference's top_k=None still samples the top 50 (transformers' default)
-    "learning_rate": 5e-3,  # agents and critics; a 0.3M random model needs a large step to move in a few hundred samples
-    "rollout_prompts": 2,  # task instances per rollout (the reference MAGRPO's rollout_buffer_size)
-    "ac_samples_per_step": 8,  # IAC/MAAC samples per optimizer step (the reference's rollout_buffer_size)
-    "final_fraction": 0.2,  # final reward = mean training reward over the last 20% of the budget
-}
-
+# ----- bookkeeping both sides share -----
 
 def group_size(learner: str, task: str) -> int:
     """Samples per agent per node: K, or 1 for IAC/MAAC on multi-turn tasks (the reference needs 1 there)."""
     ac = learner.startswith(("iac", "maac"))
-    return 1 if ac and TASKS[task].num_turns > 1 else SETTINGS["num_generations"]
+    return 1 if ac and TASKS[task].num_turns > 1 else TASKS[task].settings["num_generations"]
 
 
 def completions_per_episode(learner: str, task: str) -> int:

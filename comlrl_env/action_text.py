@@ -9,6 +9,9 @@ An answer plays an action only when it names exactly one legal action, in one of
      legal action starts with `x`; `13` or `bid 13` for `[P0]Bid: 13`;
    - one word of letters that begins the first word of exactly one legal action: `b` for `Bet`, `lia`
      for `Liar` (never a number: `1` is not `13`).
+   With `numbered=True` (the prompt numbers the legal actions 1, 2, ...), an answer that is one whole
+   number names the action at that position (`2` for the second listed; a one-token answer a small model
+   can find), and never an action whose short form is that number.
 2. **One answer line.** A line `Action: <text>` (or `Answer:`, `Move:`; case and markdown emphasis
    ignored) whose text names one legal action by rule 1. Several answer lines must all name the same one.
 
@@ -81,11 +84,16 @@ class _Forms:
             self.short_by_index.append(" ".join(w[shared:]) if 0 < shared < len(w) else None)
         self.first_words = [w[0] if w else "" for w in words]
 
-    def whole(self, text: str) -> ActionMatch:
-        """Rule 1 on `text` as a whole."""
+    def whole(self, text: str, numbered: bool = False) -> ActionMatch:
+        """Rule 1 on `text` as a whole (with `numbered`, a whole number is a position in the list)."""
         answer = normalize_action(text)
         if not answer:
             return ActionMatch(None, "empty answer")
+        if numbered and answer.isascii() and answer.isdigit():
+            n = int(answer)
+            if 1 <= n <= len(self.full):
+                return ActionMatch(n - 1)
+            return ActionMatch(None, f"no legal action is numbered {n} (they are numbered 1 to {len(self.full)})")
         hits = self.index.get(answer, set())
         if len(hits) == 1:
             return ActionMatch(next(iter(hits)))
@@ -110,26 +118,28 @@ def _forms(legal: tuple[str, ...]) -> _Forms:
     return _Forms(legal)
 
 
-def read_action(text: str, legal: Sequence[str]) -> ActionMatch:
+def read_action(text: str, legal: Sequence[str], numbered: bool = False) -> ActionMatch:
     """The legal action `text` names under the module's rule, or None and why not.
 
     Args:
         text: The answer. A non-`str` names nothing.
         legal: The legal action texts (OpenSpiel's `action_to_string`), in the order the prompt lists them.
+        numbered: The prompt numbers the legal actions 1, 2, ...: an answer that is one whole number names
+            the action at that position (and never an action whose short form is that number).
     """
     if not isinstance(text, str):
         return ActionMatch(None, f"the answer is a {type(text).__name__}, not text")
     stripped = text.strip()
-    exact = [i for i, s in enumerate(legal) if s.strip() == stripped]
+    exact = [] if numbered else [i for i, s in enumerate(legal) if s.strip() == stripped]
     if len(exact) == 1:
         return ActionMatch(exact[0])
     forms = _forms(tuple(legal))
-    found = forms.whole(text)
+    found = forms.whole(text, numbered)
     if found.index is not None or found.reason == "empty answer":
         return found
     lines = [m.group(1) for m in _ANSWER_LINE.finditer(text)]
     if lines:
-        named = [forms.whole(line) for line in lines]
+        named = [forms.whole(line, numbered) for line in lines]
         picked = {m.index for m in named}
         if None not in picked and len(picked) == 1:
             return named[0]
@@ -149,13 +159,17 @@ def read_action(text: str, legal: Sequence[str]) -> ActionMatch:
     return ActionMatch(None, "it names no legal action")
 
 
-def parse_action(text: str, legal: Sequence[str]) -> int | None:
+def parse_action(text: str, legal: Sequence[str], numbered: bool = False) -> int | None:
     """Index in `legal` of the one action `text` names, or None (`read_action` says why)."""
-    return read_action(text, legal).index
+    return read_action(text, legal, numbered).index
 
 
-def answer_rule(legal: Sequence[str]) -> str:
+def answer_rule(legal: Sequence[str], numbered: bool = False) -> str:
     """The answer rule as the prompt states it, with a short form of `legal` as an example when there is one."""
+    if numbered:
+        return ("How to answer: reply with the number of exactly one legal action (e.g. `1`), or with the action "
+                "written as listed, or end with one line `Action: <number or action>`. An answer that names two or "
+                "more actions, restates this text or names none is invalid.")
     forms = _forms(tuple(legal))
     example = next(((legal[i], s) for i, s in enumerate(forms.short_by_index) if s), None)
     short = f"; `{example[1]}` is short for `{example[0]}`" if example else ""

@@ -23,7 +23,8 @@ zero-sum and constant-sum games, "general" otherwise.
 **Observation.** A header line (game and seat), the game's observation string
 for that player (its information-state string when the game has no
 observation string; `view=` picks one), then, when the player is to move, its
-legal actions as text, one per line, the answer rule (`action_text.answer_rule`)
+legal actions as text, one per line (numbered `1.`, `2.`, ... with
+`numbered_actions=True`, when a whole number answers), the answer rule (`action_text.answer_rule`)
 with what an invalid answer costs, and `Your action:`. A player who is not to
 move reads that its reply is ignored.
 
@@ -168,6 +169,8 @@ class OpenSpielEnv(TextParallelEnv):
         invalid_action: "forfeit" (default) or "random": what an invalid answer does (module docstring).
         invalid_action_penalty: With "random": subtracted from the offender's reward per invalid action;
             None takes the game's utility range, the least allowed.
+        numbered_actions: Number the legal actions in the prompt (`1. x(0,0)`); a whole-number answer then
+            names the action at that position (`action_text`).
         view: "observation" or "information_state"; None picks the observation string when the game has one.
         max_observation_length: Observations are clipped to this many characters.
         max_action_length: Longer actions are clipped (reported in `infos`).
@@ -184,6 +187,7 @@ class OpenSpielEnv(TextParallelEnv):
         *,
         invalid_action: str = "forfeit",
         invalid_action_penalty: float | None = None,
+        numbered_actions: bool = False,
         view: str | None = None,
         max_observation_length: int = 16_384,
         max_action_length: int = 16_384,
@@ -215,6 +219,9 @@ class OpenSpielEnv(TextParallelEnv):
             raise ValueError(f"OpenSpiel game {game!r} provides no {view} strings; use view=None.")
         self.view = view
         self.invalid_action = invalid_action
+        if not isinstance(numbered_actions, bool):
+            raise TypeError(f"numbered_actions must be a bool, got {numbered_actions!r}.")
+        self.numbered_actions = numbered_actions
         self.invalid_action_penalty = self._penalty(invalid_action, invalid_action_penalty)
         # Games that sample chance from their own generator are reloaded at each reset, with the given
         # rng_seed (a fixed instance) or one drawn from np_random, so reset(seed=s) replays an episode.
@@ -348,8 +355,9 @@ class OpenSpielEnv(TextParallelEnv):
             ]
             if agent in movers:
                 legal = self.legal_actions(agent)
-                lines += ["Legal actions, one per line:", *legal, "", f"{answer_rule(legal)} {self._cost_text()}",
-                          "Your action:"]
+                listed = [f"{i}. {text}" for i, text in enumerate(legal, 1)] if self.numbered_actions else legal
+                rule = answer_rule(legal, self.numbered_actions)
+                lines += ["Legal actions, one per line:", *listed, "", f"{rule} {self._cost_text()}", "Your action:"]
             else:
                 lines += ["It is not your turn; your reply is ignored. Reply: wait"]
             observations[agent] = "\n".join(lines)
@@ -371,7 +379,7 @@ class OpenSpielEnv(TextParallelEnv):
             legal = state.legal_actions(player)
             texts = [state.action_to_string(player, a) for a in legal]
             text = actions.get(agent, "")
-            found = read_action(text, texts)
+            found = read_action(text, texts, self.numbered_actions)
             reason = found.reason
             # An answer that parses restates an observation only when it is much longer than its action.
             if found.index is not None and len(text) > len(texts[found.index]) + 40 and self.is_echo(text):
