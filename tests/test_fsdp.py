@@ -2,7 +2,7 @@
 `examples/fsdp.py` against one process: same losses and weights, half the memory per rank, exact resume after
 a kill, checkpoints that load on another number of ranks, exported folders that load with from_pretrained.
 
-The torchrun runs carry the `fsdp` marker (`make test-fsdp`, which `.ci/run` runs): about two minutes on 2 cores.
+The torchrun runs carry the `fsdp` marker (`make test-fsdp`, which `.ci/run` runs): two to three minutes on 2 cores.
 """
 
 from __future__ import annotations
