@@ -2,7 +2,7 @@
 `examples/fsdp.py` against one process: same losses and weights, half the memory per rank, exact resume after
 a kill, checkpoints that load on another number of ranks, exported folders that load with from_pretrained.
 
-The torchrun runs carry the `fsdp` marker (`make test-fsdp`, which `.ci/run` runs): about two minutes on 2 cores.
+The torchrun runs carry the `fsdp` marker (`make test-fsdp`, which `.ci/run` runs): two to three minutes on 2 cores.
 """
 
 from __future__ import annotations
@@ -12,6 +12,7 @@ import os
 import signal
 import subprocess
 import sys
+import threading
 from pathlib import Path
 
 import pytest
@@ -82,8 +83,11 @@ def test_a_model_without_decoder_layers_is_refused_before_anything_is_sharded(mo
     with pytest.raises(ValueError, match="cannot shard Sequential: it names no decoder layer class"):
         sharding.shard({"agent_0": model}, [])
     assert type(model) is nn.Sequential  # untouched
-    with pytest.raises(ValueError, match=r"own device \(cpu on this rank\) but critic_devices puts models on \['meta'\]"):
+    with pytest.raises(ValueError, match=r"\(cpu on this rank\) but critic_devices puts models on \['meta'\]"):
         sharding.check_devices([torch.device("meta")], "critic")
+    if not torch.cuda.is_available():
+        with pytest.raises(ValueError, match="run on the CPU already: leave fsdp_cpu_offload=False"):
+            Sharding(MAGRPOConfig(sharding="fsdp", fsdp_cpu_offload=True), Distributed(rank=0, world_size=2))
 
 
 # ----- torchrun: two processes against one ----------------------------------------------------------------------
@@ -121,7 +125,8 @@ def test_two_sharded_ranks_match_one_process(sharded, single, learner):
         for k in a:
             assert abs(a[k] - b[k]) < 1e-5, (k, a[k], b[k])
     assert any(abs(v) > 1e-2 for step in one["steps"] for v in step.values())  # losses that say something
-    final_two, final_one = load_file(sharded / learner / "weights.safetensors"), load_file(single / learner / "weights.safetensors")
+    final_two = load_file(sharded / learner / "weights.safetensors")
+    final_one = load_file(single / learner / "weights.safetensors")
     start = load_file(Path(sharded) / "tiny-model-0" / "model.safetensors")
     moved = max(float((final_one[f"agent_0.{k}"] - v).abs().max()) for k, v in start.items())
     diff = max_diff(final_two, final_one)
@@ -140,9 +145,11 @@ def test_ranks_with_unequal_shares_of_each_step_match_data_parallelism(sharded, 
     assert len(fsdp["steps"]) == len(ddp["steps"]) == 2
     for a, b in zip(fsdp["steps"], ddp["steps"]):
         assert a.keys() == b.keys() and all(abs(a[k] - b[k]) < 1e-5 for k in a), (a, b)
-    steps = [json.loads(line)["train/optimizer_steps"] for line in (sharded / "uneven" / "run" / "metrics.jsonl").open()]
+    metrics = (sharded / "uneven" / "run" / "metrics.jsonl").read_text().splitlines()
+    steps = [json.loads(line)["train/optimizer_steps"] for line in metrics]
     assert steps == [4, 8]  # rank 1's 4 groups per rollout, one per step (train_batch_size=2 over 2 ranks)
-    diff = max_diff(load_file(sharded / "uneven" / "weights.safetensors"), load_file(tmp_path / "uneven" / "weights.safetensors"))
+    diff = max_diff(load_file(sharded / "uneven" / "weights.safetensors"),
+                    load_file(tmp_path / "uneven" / "weights.safetensors"))
     assert diff < 1e-5, diff
 
 
@@ -164,14 +171,16 @@ def test_the_exported_folders_load_with_from_pretrained_and_equal_the_gathered_w
     from transformers import AutoModelForCausalLM
 
     for learner, folders in (("magrpo", {"agent_0": "agent_0", "agent_1": "agent_1"}),
-                             ("iac", {"agent_0": "agent_0", "critic_0": "agent_0/critic", "critic_1": "agent_1/critic"}),
+                             ("iac", {"agent_0": "agent_0", "critic_0": "agent_0/critic",
+                                      "critic_1": "agent_1/critic"}),
                              ("maac", {"agent_1": "agent_1", "critic_0": "critic"})):
         gathered = load_file(sharded / learner / "weights.safetensors")
         for name, folder in folders.items():
             path = sharded / learner / "agents" / folder
             loaded = AutoModelForCausalLM.from_pretrained(path).state_dict()
             if (path / "value_head.pt").exists():
-                loaded.update({f"value_head.{k}": v for k, v in torch.load(path / "value_head.pt", weights_only=True).items()})
+                head = torch.load(path / "value_head.pt", weights_only=True)
+                loaded.update({f"value_head.{k}": v for k, v in head.items()})
             mine = {k.split(".", 1)[1]: v for k, v in gathered.items() if k.startswith(name + ".")}
             assert json.loads((path / "config.json").read_text())["architectures"] == ["Qwen2ForCausalLM"]
             assert loaded.keys() == mine.keys(), name
@@ -180,17 +189,23 @@ def test_the_exported_folders_load_with_from_pretrained_and_equal_the_gathered_w
 
 
 @pytest.mark.fsdp
-def test_a_kill_during_training_then_resume_is_exact(sharded, tmp_path):
-    """Killed (every process, SIGKILL) after rollout 2 was trained but before it was checkpointed; the resume
-    from checkpoint-1 (each rank's shards of weights and AdamW states) ends bit for bit where the run that was
-    never stopped ended."""
+def test_a_kill_during_training_then_resume_is_exact(tmp_path_factory, tmp_path):
+    """Sampling (the lean loop, on gathered weights): killed (every process, SIGKILL) after rollout 2 was
+    trained but before it was checkpointed, the resume from checkpoint-1 (each rank's shards of weights and
+    AdamW states, each rank's random streams) ends bit for bit where the run that was never stopped ended."""
+    full_run = tmp_path_factory.mktemp("fsdp-sampled")
+    launch(full_run, "--sample")
     with open(tmp_path / "stderr.txt", "w") as err:
-        proc = launch(tmp_path, "--stall-after", "2", stdout=subprocess.PIPE, stderr=err, start_new_session=True)
+        proc = launch(tmp_path, "--sample", "--stall-after", "2", stdout=subprocess.PIPE, stderr=err,
+                      start_new_session=True)
+    watchdog = threading.Timer(300, os.killpg, (proc.pid, signal.SIGKILL))  # a run that never stalls
+    watchdog.start()
     try:
         for line in proc.stdout:
             if line.strip() == "stalled":
                 break
     finally:
+        watchdog.cancel()
         os.killpg(proc.pid, signal.SIGKILL)
         proc.wait(timeout=60)
         proc.stdout.close()
@@ -199,12 +214,15 @@ def test_a_kill_during_training_then_resume_is_exact(sharded, tmp_path):
     shards = sorted(os.listdir(checkpoints / "checkpoint-1" / "shards"))
     assert shards == ["optimizers.json", "shard-00001-model-00001-of-00001.safetensors",
                       "shard-00002-model-00001-of-00001.safetensors"]
-    launch(tmp_path, "--resume", str(checkpoints / "checkpoint-1"))
-    resumed, full = report(tmp_path / "magrpo"), report(sharded / "magrpo")
+    launch(tmp_path, "--sample", "--resume", str(checkpoints / "checkpoint-1"))
+    resumed, full = report(tmp_path / "magrpo"), report(full_run / "magrpo")
     assert resumed["epoch"] == 1 and resumed["rollouts"] == 2
     assert resumed["steps"] == full["steps"][1:]  # the rollout after the checkpoint, the same losses
-    a, b = load_file(tmp_path / "magrpo" / "weights.safetensors"), load_file(sharded / "magrpo" / "weights.safetensors")
+    a = load_file(tmp_path / "magrpo" / "weights.safetensors")
+    b = load_file(full_run / "magrpo" / "weights.safetensors")
     assert a.keys() == b.keys() and all(torch.equal(a[k], b[k]) for k in a)
+    start = load_file(tmp_path / "tiny-model-0" / "model.safetensors")["model.embed_tokens.weight"]
+    assert not torch.equal(a["agent_0.model.embed_tokens.weight"], start)  # it trained
     assert sorted(os.listdir(checkpoints)) == ["checkpoint-1", "checkpoint-2"]
 
 
@@ -213,8 +231,9 @@ def test_a_two_rank_checkpoint_resumes_on_four_ranks(sharded, tmp_path):
     """The shards are resharded on load: four ranks continue from the two ranks' weights and AdamW states
     (the sampling streams start afresh, with a warning; decoding here is deterministic)."""
     launch(tmp_path, "--resume", str(sharded / "magrpo" / "checkpoints" / "checkpoint-1"), nproc=4)
-    resumed = report(tmp_path / "magrpo")
-    assert resumed["rollouts"] == 2 and resumed["steps"][0].keys() == report(sharded / "magrpo")["steps"][1].keys()
+    resumed, two = report(tmp_path / "magrpo"), report(sharded / "magrpo")
+    assert resumed["rollouts"] == 2 and len(resumed["steps"]) == 1
+    assert all(abs(v - two["steps"][1][k]) < 1e-5 for k, v in resumed["steps"][0].items())
     diff = max_diff(load_file(tmp_path / "magrpo" / "weights.safetensors"),
                     load_file(sharded / "magrpo" / "weights.safetensors"))
     assert diff < 1e-5, diff
@@ -240,6 +259,8 @@ def test_lora_agents_on_one_sharded_base_sample_train_and_export_their_adapters(
         loaded = {k: v for k, v in model.state_dict().items() if "lora_" in k}
         mine = {k: v for k, v in gathered.items() if k.startswith(f"agent_{a}.")}
         assert len(loaded) == len(mine) > 0
-        by_name = {k.split(".", 1)[1].replace("__", ".").replace(f".agent_{a}.", ".default."): v for k, v in mine.items()}
+        # gathered under the agent's names (`base_model__..._agent_0__weight`); PEFT loads as adapter "default"
+        by_name = {k.split(".", 1)[1].replace("__", ".").replace(f".agent_{a}.", ".default."): v
+                   for k, v in mine.items()}
         assert all(torch.equal(loaded[k], by_name[k]) for k in loaded)
         assert any(float(v.abs().max()) > 0 for k, v in loaded.items() if "lora_B" in k)  # trained (B starts at 0)

@@ -24,6 +24,8 @@ from typing import Any, Iterator, Sequence
 import torch
 from transformers import AutoModelForCausalLM, AutoTokenizer, PreTrainedModel, PreTrainedTokenizerBase
 
+from learners.parallel.fsdp import Sharding
+
 __all__ = ["agent_count", "agents_by_model", "check_model_path", "convert_gguf", "enable_gradient_checkpointing",
            "hub_progress_hidden", "load_agents", "load_causal_lm", "model_groups", "model_name", "prepare_tokenizer",
            "save_gathered", "save_pretrained_with_head", "weights_match"]
@@ -270,7 +272,7 @@ def save_pretrained_with_head(model: torch.nn.Module, path: str, tokenizer: Any 
     head = getattr(model, "value_head", None)
     with hub_progress_hidden():
         if head is None:
-            model.save_pretrained(path) if state_dict is None else model.save_pretrained(path, state_dict=state_dict)
+            model.save_pretrained(path, **({} if state_dict is None else {"state_dict": state_dict}))
         else:
             state = model.state_dict() if state_dict is None else state_dict
             model.save_pretrained(path, state_dict={k: v for k, v in state.items() if not k.startswith("value_head.")})
@@ -280,9 +282,9 @@ def save_pretrained_with_head(model: torch.nn.Module, path: str, tokenizer: Any 
         tokenizer.save_pretrained(path)
 
 
-def save_gathered(model: torch.nn.Module, path: str, tokenizer: Any, sharding: Any) -> None:
-    """`save_pretrained_with_head` on torchrun's rank 0 (`sharding`: a `learners.parallel.fsdp.Sharding`); a model
-    sharded with FSDP is gathered first, so under FSDP every rank calls this, for the same models in order."""
+def save_gathered(model: torch.nn.Module, path: str, tokenizer: Any, sharding: Sharding) -> None:
+    """`save_pretrained_with_head` on torchrun's rank 0 (the learner's `sharding`); a model sharded with FSDP is
+    gathered first, so under FSDP every rank calls this, for the same models in the same order."""
     weights = sharding.full_state_dict(model)
     if sharding.dist.is_main:
         save_pretrained_with_head(model, path, tokenizer, weights)

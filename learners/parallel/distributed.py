@@ -12,7 +12,8 @@ across ranks. The backend is NCCL on GPUs and gloo on CPUs; several machines
 use torchrun's usual rendezvous (`--nnodes`, `--rdzv-endpoint`).
 
 Without torchrun (no `WORLD_SIZE` in the environment, or 1) everything is a
-no-op and a learner runs as a single process.
+no-op and a learner runs as a single process. With `sharding="fsdp"` the models
+are split over the ranks instead (`fsdp.py`) and FSDP reduces their gradients.
 """
 
 from __future__ import annotations

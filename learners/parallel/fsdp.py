@@ -120,6 +120,9 @@ class Sharding:
         self.cpu_offload = config.fsdp_cpu_offload
         self.device = torch.device(f"cuda:{dist.local_rank}" if torch.cuda.is_available() else "cpu")
         self.roots: list[FSDPModule] = []  # the root unit of every sharded model
+        if self.enabled and self.cpu_offload and self.device.type != "cuda":
+            raise ValueError("fsdp_cpu_offload=True moves the shards of GPU processes to CPU memory, but these "
+                             "processes run on the CPU already: leave fsdp_cpu_offload=False.")
         self.check_devices(devices)
 
     def check_devices(self, devices: Sequence[torch.device], what: str = "agent") -> None:
