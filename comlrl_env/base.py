@@ -175,6 +175,8 @@ class TextParallelEnv(ParallelEnv[AgentID, str, str], metaclass=abc.ABCMeta):
         for observation in {" ".join(o.split()).lower() for o in seen}:
             if observation and observation in answer:
                 return True
+            if 2 * min(len(answer), len(observation)) < 0.9 * (len(answer) + len(observation)):
+                continue  # the ratio is at most this bound (real_quick_ratio), without building a matcher
             matcher = difflib.SequenceMatcher(None, answer, observation, autojunk=False)
             if matcher.real_quick_ratio() >= 0.9 and matcher.quick_ratio() >= 0.9 and matcher.ratio() >= 0.9:
                 return True

@@ -31,7 +31,7 @@ suites: dict[str, list[str]] = {
         "coop/LengthRatio-v1",
         "coop/GuessNumber-v1",
     ],
-    "code": ["code/HumanEvalCoop-v1", "code/HumanEvalCoopMultiTurn-v2"],
+    "code": ["code/HumanEvalCoop-v2", "code/HumanEvalCoopMultiTurn-v3"],
     "writing": ["writing/DocSummary-v1", "writing/DocSummaryGeneralSum-v1"],
     "basic": ["coop/LengthRatio-v1", "coop/GuessNumber-v1", "general/SplitPie-v1"],
     "games": [

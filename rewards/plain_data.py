@@ -3,7 +3,12 @@
 Plain data is None, bool, int, float, str, and list, tuple and dict of them. Recorded inputs go into a run
 as Python literals (`literal`); the two programs run in the sandbox (`RECORDER` on trusted dataset code,
 `HARNESS` after model code) write values as literals; the parent reads them back with `parse_plain`
-(`ast.literal_eval`, never pickle or eval). `rewards.verdicts` says how a verdict uses them.
+(`ast.literal_eval`, never pickle or eval) and shows them in feedback with `shown`. `rewards.verdicts`
+says how a verdict uses them.
+
+Text from a run is model text: `parse_plain` and `shown` never raise on it except with `ValueError`
+(`parse_plain`: "not plain data"), and an int that Python could not write back in decimal (over
+`MAX_INT_BITS` bits, about 3900 digits; `int`/`repr` stop at 4300) is not plain data.
 """
 
 from __future__ import annotations
@@ -12,18 +17,25 @@ import ast
 import math
 from typing import Any
 
-__all__ = ["HARNESS", "MAX_DEPTH", "MAX_VALUE_CHARS", "RECORDER", "literal", "parse_plain"]
+__all__ = ["HARNESS", "MAX_DEPTH", "MAX_INT_BITS", "MAX_VALUE_CHARS", "RECORDER", "literal", "parse_plain", "shown"]
 
 MAX_VALUE_CHARS = 100_000
 """Longest result literal accepted from a run; longer is a failure for that input."""
 MAX_DEPTH = 32
 """Deepest nesting of containers accepted in a result."""
+MAX_INT_BITS = 13_000
+"""Largest int accepted in a result, in bits (about 3900 decimal digits: below Python's 4300-digit str limit)."""
 
-# Runs in the sandbox with the problems as JSON on stdin. Nothing model-written ever runs here.
+# Runs in the sandbox with the problems as JSON on stdin. Nothing model-written ever runs here. Each problem:
+# [source, test, entry point, seed, example calls]; the canonical solution's output on each example call (the
+# prompt's own examples, as `literal((args, kwargs))` text) is recorded too, or None when it raised or hung.
 RECORDER = r'''
-import json, random, sys
+import ast, json, random, signal, sys
+def _hung(signum, frame):
+    raise TimeoutError("example took over 2 s")
+signal.signal(signal.SIGALRM, _hung)
 problems = json.loads(sys.stdin.read())
-for index, (source, test, entry, seed) in enumerate(problems):
+for index, (source, test, entry, seed, examples) in enumerate(problems):
     try:
         namespace = {"__name__": "__humaneval__"}
         exec(compile(source, "solution.py", "exec"), namespace)
@@ -37,7 +49,17 @@ for index, (source, test, entry, seed) in enumerate(problems):
             return out
         random.seed(seed)
         namespace["check"](candidate)
-        line = {"index": index, "calls": calls}
+        outputs = []
+        for example in examples:
+            try:
+                args, kwargs = ast.literal_eval(example)
+                signal.alarm(2)
+                outputs.append(repr(canonical(*args, **kwargs)))
+            except Exception:
+                outputs.append(None)
+            finally:
+                signal.alarm(0)
+        line = {"index": index, "calls": calls, "examples": outputs}
     except BaseException as exc:
         line = {"index": index, "error": "%s: %s" % (type(exc).__name__, exc)}
     sys.stdout.write(json.dumps(line) + "\n")
@@ -111,6 +133,15 @@ def literal(value: Any) -> str:
     return repr(value)
 
 
+def shown(value: Any, limit: int = 120) -> str:
+    """`literal(value)` cut to `limit` characters for feedback; never raises (a value it cannot write is named)."""
+    try:
+        text = literal(value)
+    except (ValueError, RecursionError, MemoryError):  # an int over the str-conversion limit, absurd nesting
+        return f"<a {type(value).__name__} too large to show>"
+    return text if len(text) <= limit else text[: limit - 3] + "..."
+
+
 class _NotPlain(ValueError):
     pass
 
@@ -128,7 +159,8 @@ def parse_plain(text: str, *, str_keys: bool = True) -> Any:
         raise _NotPlain(f"over {MAX_VALUE_CHARS} characters")
     try:
         value = ast.literal_eval(text)
-    except (SyntaxError, ValueError, TypeError, MemoryError, RecursionError, OverflowError) as exc:
+    except (SyntaxError, ValueError, TypeError, MemoryError, RecursionError, OverflowError) as exc:  # ValueError:
+        # also a decimal int over 4300 digits and a NUL or lone surrogate in the text
         raise _NotPlain(f"not a Python literal ({type(exc).__name__})") from None
     _check_plain(value, 0, str_keys)
     return value
@@ -139,6 +171,8 @@ def _check_plain(value: Any, depth: int, str_keys: bool = True) -> None:
     if value is None or kind in (bool, int, float, str):
         if kind is float and value != value:
             raise _NotPlain("nan")
+        if kind is int and value.bit_length() > MAX_INT_BITS:
+            raise _NotPlain(f"an int over {MAX_INT_BITS} bits")
         return
     if depth >= MAX_DEPTH:
         raise _NotPlain("nested too deeply")

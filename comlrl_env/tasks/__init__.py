@@ -26,8 +26,8 @@ __all__ += [
 
 register("smoke/FormatAgreement-v1", entry_point=FormatAgreement)
 register("smoke/Arithmetic-v1", entry_point=Arithmetic)
-register("code/HumanEvalCoop-v1", entry_point=HumanEvalCoop)
-register("code/HumanEvalCoopMultiTurn-v2", entry_point=HumanEvalCoopMultiTurn)
+register("code/HumanEvalCoop-v2", entry_point=HumanEvalCoop)
+register("code/HumanEvalCoopMultiTurn-v3", entry_point=HumanEvalCoopMultiTurn)
 register("writing/DocSummary-v1", entry_point=DocSummary)
 register("writing/DocSummaryGeneralSum-v1", entry_point=DocSummaryGeneralSum)
 

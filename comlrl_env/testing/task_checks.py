@@ -5,7 +5,12 @@ Three invariants, played on real episodes:
 1. **Doing nothing earns nothing.** Degenerate policies earn at most 0 per episode, for every agent:
    `empty` (""), `babble` (random lowercase words: no digits, no punctuation), `echo` (each agent
    answers its own observation) and `repeat` (each agent answers a teammate's last answer, or its
-   observation on the first turn).
+   observation on the first turn). A task that has a `stub_actions()` method (its answer format with
+   nothing in it; the code tasks: the prompt's signature with `pass`) also plays `stub`, every turn.
+   A code task, one that also names the function it asks for in `env.entry_point`, plays `copy
+   feedback` too: the stub, plus a lookup table of every `entry_point(args) -> value` the
+   observations showed after the first turn (`rewards.docstring_examples.stated_calls`: "f(1) == 2",
+   "f(1): expected 2", ...), grown over the turns. Feedback that a table can turn into a pass pays it.
 2. **A better answer never earns less.** A good policy, when given, returns at least as much as
    each degenerate policy, for every agent, on the same task instance.
 3. **Solving sooner never returns less.** On multi-turn tasks, the good policy from the first turn
@@ -20,14 +25,20 @@ test can script the good play). Returns are undiscounted sums of each agent's re
 
 from __future__ import annotations
 
+import os
 from typing import Any, Callable
 
 import numpy as np
 
 from comlrl_env.base import AgentID, TextParallelEnv
 from comlrl_env.registry import make
+from rewards.docstring_examples import stated_calls
+from rewards.plain_data import literal
+from rewards.text import extract_code
 
-__all__ = ["DEGENERATE_POLICIES", "TaskCheckError", "check_task"]
+__all__ = [
+    "ANSWER_FORMAT_POLICIES", "DEGENERATE_POLICIES", "TaskCheckError", "check_task", "degenerate_policies",
+]
 
 Policy = Callable[[TextParallelEnv, dict[AgentID, str]], dict[AgentID, str]]
 
@@ -66,13 +77,63 @@ def _babble(seed: int) -> Policy:
     return babble
 
 
+def _stub(env: TextParallelEnv, obs: dict[AgentID, str]) -> dict[AgentID, str]:
+    stub = env.stub_actions()
+    return {a: stub[a] for a in obs}
+
+
+def _copy_feedback(seed: int) -> Policy:
+    """The stub, with the entry point answering from a table of every call and value shown after turn 0."""
+    first: dict[AgentID, str] = {}
+    table: dict[str, object] = {}
+
+    def copy(env: TextParallelEnv, obs: dict[AgentID, str]) -> dict[AgentID, str]:
+        entry = env.entry_point
+        if env.turn == 0:
+            first.clear()
+            first.update(obs)
+            table.clear()
+        for agent, text in obs.items():
+            shown = text[len(os.path.commonprefix([first.get(agent, ""), text])):]  # what this turn added
+            for args, kwargs, value in stated_calls(shown, entry):
+                table[repr((args, kwargs))] = value
+        rows = "".join(f"    {key!r}: {literal(value)},\n" for key, value in table.items())
+        lookup = (f"\n_COPIED = {{\n{rows}}}\n_stub_{entry} = {entry}\n\n\ndef {entry}(*args, **kwargs):\n"
+                  f"    key = repr((args, kwargs))\n    if key in _COPIED:\n        return _COPIED[key]\n"
+                  f"    return _stub_{entry}(*args, **kwargs)\n")
+        stub = _stub(env, obs)
+        out = {}
+        for agent, answer in stub.items():
+            code = extract_code([answer])[0]
+            out[agent] = f"```python\n{code}{lookup}```" if f"def {entry}(" in code else answer
+        return out
+
+    return copy
+
+
 DEGENERATE_POLICIES: dict[str, Callable[[int], Policy]] = {
     "empty": lambda seed: _empty,
     "babble": _babble,
     "echo": lambda seed: _echo,
     "repeat": lambda seed: _repeat,
 }
-"""Name -> factory(seed) of each degenerate policy `check_task` plays."""
+"""Name -> factory(seed) of each degenerate policy `check_task` plays on every task."""
+
+ANSWER_FORMAT_POLICIES: dict[str, Callable[[int], Policy]] = {
+    "stub": lambda seed: _stub,
+    "copy feedback": _copy_feedback,
+}
+"""Name -> factory(seed) of the policies played on tasks with `stub_actions()` ("copy feedback": and `entry_point`)."""
+
+
+def degenerate_policies(env: TextParallelEnv, seed: int = 0) -> dict[str, Policy]:
+    """The policies that do nothing which `check_task` plays on `env`, by name (the module docstring lists them)."""
+    policies = {key: factory(seed) for key, factory in DEGENERATE_POLICIES.items()}
+    if callable(getattr(env, "stub_actions", None)):
+        policies["stub"] = ANSWER_FORMAT_POLICIES["stub"](seed)
+        if getattr(type(env), "entry_point", None) is not None:  # read per episode: a property of the task
+            policies["copy feedback"] = ANSWER_FORMAT_POLICIES["copy feedback"](seed)
+    return policies
 
 
 def check_task(
@@ -82,7 +143,7 @@ def check_task(
     seed: int = 0,
     **env_kwargs: Any,
 ) -> dict[str, float]:
-    """Play the degenerate policies (and `good_policy`) on `episodes` task instances; check the invariants.
+    """Play the degenerate policies (`degenerate_policies(env)`, and `good_policy`) on `episodes` task instances.
 
     Args:
         env: A `TextParallelEnv` or a registered id (built with `env_kwargs`).
@@ -100,7 +161,7 @@ def check_task(
     """
     env = make(env, **env_kwargs) if isinstance(env, str) else env
     name = env.metadata.get("name", type(env).__name__)
-    policies = {key: factory(seed) for key, factory in DEGENERATE_POLICIES.items()}
+    policies = degenerate_policies(env, seed)
     violations: list[str] = []
     means: dict[str, float] = {}
     played: dict[str, list[dict[AgentID, float]]] = {}
@@ -118,7 +179,7 @@ def check_task(
         means[label] = float(np.mean([v for r in returns for v in r.values()]))
     if good_policy is not None:
         good_returns = played["good"]
-        for label in DEGENERATE_POLICIES:
+        for label in policies:
             for e, (bad, good) in enumerate(zip(played[label], good_returns)):
                 worse = [a for a in good if good[a] < bad[a] - 1e-9]
                 if worse:
