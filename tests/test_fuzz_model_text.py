@@ -262,3 +262,30 @@ def test_every_registered_env_takes_any_text(family: str, envs: list, monkeypatc
             assert all(math.isfinite(v) for v in rewards.values()), (name, rewards)
             assert all(isinstance(o, str) for o in env.observations.values())
     assert sum(played.values()) >= COUNT - 2 and min(played.values()) >= share // 2, played
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("family", FAMILIES)
+def test_every_registered_env_takes_all_10000_strings_of_every_family(family: str, envs: list,
+                                                                     monkeypatch: pytest.MonkeyPatch) -> None:
+    """The full battery: every env plays every string of the family (about 20 minutes on 2 cores; the fast
+    test above deals them out so each env meets each family)."""
+    import comlrl_env.tasks.code as code
+
+    def no_sandbox(*args, **kwargs):
+        raise AssertionError("the sandbox ran on text that defines no entry point")
+
+    monkeypatch.setattr(code, "execute", no_sandbox)
+    for e, env in enumerate(envs):
+        strings, played, episode = hostile_strings(family, COUNT, SEED), 0, 0
+        env.reset(seed=e)
+        while played < COUNT:
+            if not env.agents:
+                episode += 1
+                env.reset(seed=e + episode)
+            movers = env.to_move()
+            actions = {agent: next(strings, "") for agent in movers}
+            _, rewards, _, _, _ = env.step(actions)
+            played += len(movers)
+            assert all(math.isfinite(v) for v in rewards.values()), (env.metadata["name"], rewards)
+            assert all(isinstance(o, str) for o in env.observations.values())
