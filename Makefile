@@ -24,7 +24,7 @@ test: $(STAMP)
 
 # FSDP under torchrun (tests/test_fsdp.py: eight runs of 1 to 4 processes, two to three minutes on 2 cores).
 test-fsdp: $(STAMP)
-	$(BIN)/python -m pytest -q -m fsdp tests/test_fsdp.py
+	$(BIN)/python -m pytest -q -m 'fsdp and not slow' tests/test_fsdp.py
 
 test-slow: $(STAMP)
 	$(BIN)/python -m pytest -q -m slow
