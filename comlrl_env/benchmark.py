@@ -28,7 +28,14 @@ policy call per turn for the whole batch. Metrics per (policy, env):
   `reward_mean` is 0 for any zero-sum play);
 - `invalid_action_rate`: flagged agent actions / agent actions;
 - `tokens_per_episode`: generated tokens per episode, for policies that count them;
-- `episodes_per_second`.
+- `episodes_per_second`;
+- `used_partner_info_rate` and its `used_partner_info_ci95` (over episodes), only for envs that report
+  `infos[agent]["used_partner_info"]` (private-information tasks, `comlrl_env.info_flow`): the share of
+  agent-answers that contain the partner's private part.
+
+`evaluate_policy(..., episodes_path=...)` (and `run_suite(..., record_episodes=True)`, into
+`out_dir/episodes/`) also writes one JSONL row per episode of such an env: `episode`, `task_index`, each
+agent's `messages` (what it sent at the message turn), `answers`, `used_partner_info` and `returns`.
 
 Scripted reference rows show where agents stand: `empty` (every agent answers
 "") for every env, `canonical` for envs that provide `canonical_actions()`, and
@@ -51,6 +58,7 @@ matplotlib.use("Agg")  # files only, no display
 import matplotlib.pyplot as plt  # noqa: E402
 
 from comlrl_env.base import AgentID, TextParallelEnv
+from comlrl_env.info_flow import episode_record, used_partner_info_rate, write_records
 from comlrl_env.policies import FixedPolicy
 from comlrl_env.registry import make
 from comlrl_env.suites import suites
@@ -60,6 +68,7 @@ __all__ = ["Episodes", "Policy", "empty_policy", "evaluate_policy", "fixed_team"
 
 Policy = Callable[[list[dict[AgentID, str]], list[TextParallelEnv]], list[dict[AgentID, str]]]
 METRICS = ("reward_mean", "success_rate", "invalid_action_rate", "tokens_per_episode", "episodes_per_second")
+OPTIONAL_METRICS = ("used_partner_info_rate",)  # columns of the table only where some row has them
 
 
 def empty_policy(observations: list[dict[AgentID, str]], envs: list[TextParallelEnv]) -> list[dict[AgentID, str]]:
@@ -120,13 +129,15 @@ def scripted_policies(env: TextParallelEnv) -> dict[str, Policy]:
 @dataclasses.dataclass
 class Episodes:
     """What `play_episodes` saw: each episode's undiscounted return per agent and the agents whose answer forfeited
-    it (`infos[agent]["forfeit"]`, as a game reports it), and the actions per agent."""
+    it (`infos[agent]["forfeit"]`, as a game reports it), the actions per agent, and the info-flow rows of the
+    steps that reported `used_partner_info` (`comlrl_env.info_flow.episode_record`, plus `episode`)."""
 
     returns: list[dict[AgentID, float]]
     forfeited: list[list[AgentID]]
     invalid: dict[AgentID, int]  # actions flagged invalid
     actions: dict[AgentID, int]  # actions taken (an agent's turns to move)
     seconds: float
+    records: list[dict[str, Any]] = dataclasses.field(default_factory=list)  # empty when the env reports none
 
 
 def play_episodes(env: TextParallelEnv, policy: Policy, episodes: int, seed: int = 0,
@@ -148,6 +159,7 @@ def play_episodes(env: TextParallelEnv, policy: Policy, episodes: int, seed: int
     forfeited: list[list[AgentID]] = [[] for _ in live]
     owner = list(range(len(live)))
     invalid, taken = dict.fromkeys(agents, 0), dict.fromkeys(agents, 0)
+    records: list[dict[str, Any]] = []
     start = time.perf_counter()
     while live:
         actions = policy(observations, live)
@@ -162,18 +174,23 @@ def play_episodes(env: TextParallelEnv, policy: Policy, episodes: int, seed: int
                 invalid[agent] += "invalid_action" in infos.get(agent, {})
                 if infos.get(agent, {}).get("forfeit"):
                     forfeited[k].append(agent)
+            record = episode_record(infos, act, returns[k])
+            if record is not None:
+                records.append({"episode": k, **record})
             if copy.agents:
                 next_live.append(copy)
                 next_obs.append(obs)
                 next_owner.append(k)
         live, observations, owner = next_live, next_obs, next_owner
-    return Episodes(returns, forfeited, invalid, taken, time.perf_counter() - start)
+    records.sort(key=lambda row: row["episode"])
+    return Episodes(returns, forfeited, invalid, taken, time.perf_counter() - start, records)
 
 
 def evaluate_policy(env: str | TextParallelEnv, policy: Policy, episodes: int, seed: int = 0,
-                    samples_per_task: int = 1) -> dict[str, float]:
+                    samples_per_task: int = 1, episodes_path: str | None = None) -> dict[str, float]:
     """Play `episodes` task instances of `env`, each `samples_per_task` times, with `policy` in lockstep
-    (`play_episodes`); return the metrics of the module docstring."""
+    (`play_episodes`); return the metrics of the module docstring. With `episodes_path`, write the per-episode
+    info-flow rows there as JSONL (an env that reports no `used_partner_info` writes no file)."""
     template = make(env) if isinstance(env, str) else env
     tokens_before = getattr(policy, "tokens_generated", None)
     played_episodes = play_episodes(template, policy, episodes, seed, samples_per_task)
@@ -199,6 +216,12 @@ def evaluate_policy(env: str | TextParallelEnv, policy: Policy, episodes: int, s
             metrics["pass_at_k"] = sum(any(success[i::episodes]) for i in range(episodes)) / episodes
     if tokens_before is not None:
         metrics["tokens_per_episode"] = (policy.tokens_generated - tokens_before) / played
+    flow = used_partner_info_rate(played_episodes.records)
+    if flow is not None:
+        metrics["used_partner_info_rate"], metrics["used_partner_info_ci95"] = flow
+        if episodes_path is not None:
+            os.makedirs(os.path.dirname(os.path.abspath(episodes_path)), exist_ok=True)
+            write_records(episodes_path, played_episodes.records)
     return metrics
 
 
@@ -211,13 +234,16 @@ def run_suite(
     scripted: bool = True,
     samples_per_task: int = 1,
     metadata: dict[str, Any] | None = None,
+    record_episodes: bool = False,
 ) -> dict[str, Any]:
     """Evaluate every policy (a team, by name; plus scripted reference rows) on every env of `suite`: a suite
     name, or a list of env ids and env instances.
 
     Returns and writes to `out_dir` `results.json` (`metadata`, e.g. the settings, agents and versions, then
     `rows`: one per env and team), `results.md` (mean ± 95% CI per team side by side, then every metric) and
-    `results.png` (the same means with their CIs).
+    `results.png` (the same means with their CIs). With `record_episodes` (and `out_dir`), each (env, team)
+    whose env reports `used_partner_info` also writes its per-episode rows to
+    `out_dir/episodes/<env>__<team>.jsonl` (`/` in names written as `_`).
     """
     if isinstance(suite, str) and suite not in suites:
         raise ValueError(f"unknown suite {suite!r}; known: {sorted(suites)}.")
@@ -230,7 +256,10 @@ def run_suite(
         jobs += [(name, env, team, p) for team, p in {**policies, **extra}.items()]
     rows = []
     for name, env, team, policy in tqdm(jobs, desc=f"bench {suite if isinstance(suite, str) else 'envs'}"):
-        metrics = evaluate_policy(env, policy, episodes, seed, samples_per_task)
+        path = None
+        if record_episodes and out_dir is not None:
+            path = os.path.join(out_dir, "episodes", f"{name}__{team}.jsonl".replace("/", "_"))
+        metrics = evaluate_policy(env, policy, episodes, seed, samples_per_task, episodes_path=path)
         rows.append({"env": name, "team": team, "policy": team, **metrics})
     results = {**(metadata or {}), "suite": suite if isinstance(suite, str) else None, "episodes": episodes,
                "samples_per_task": samples_per_task, "seed": seed, "rows": rows}
@@ -257,7 +286,8 @@ def team_table(rows: list[dict[str, Any]]) -> str:
 
 def markdown_table(rows: list[dict[str, Any]]) -> str:
     """One line per (env, team); '-' where a metric is not defined."""
-    metrics = ("reward_mean", "reward_ci95", "episodes", *METRICS[1:])
+    optional = [m for m in OPTIONAL_METRICS if any(m in r for r in rows)]
+    metrics = ("reward_mean", "reward_ci95", "episodes", *METRICS[1:], *optional)
     lines = ["| env | policy | " + " | ".join(metrics) + " |", "|---|---|" + "---|" * len(metrics)]
     for r in rows:
         cells = [f"{r[m]:.3f}" if m in r else "-" for m in metrics]

@@ -12,6 +12,7 @@ import torch
 from tqdm.auto import tqdm
 
 from comlrl_env import TextParallelEnv
+from comlrl_env.info_flow import used_partner_info_rate
 from learners.loop.data import reset_roots
 from learners.loop.logger import RunLogger
 from learners.parallel.distributed import Distributed
@@ -43,7 +44,8 @@ def evaluate(learner: Evaluated, num_eval_samples: int | None = None, greedy: bo
     """Play `num_eval_samples` episodes with one sample per agent per turn; return `eval/*` metrics.
 
     Metrics: `eval/reward_mean` (mean episode return over agents), `eval/agent_{i}/return_mean`,
-    `eval/turn_{t}/reward_mean`, `eval/turn_{t}/expected_return`, `eval/invalid_action_rate`, and
+    `eval/turn_{t}/reward_mean`, `eval/turn_{t}/expected_return`, `eval/invalid_action_rate`,
+    `eval/used_partner_info_rate` (tasks that report `used_partner_info`, `comlrl_env.info_flow`), and
     `eval/<key>` from `eval_logger` + `eval_aggregator`. Always the task reward (never `relabel`).
     """
     cfg = learner.args
@@ -53,7 +55,7 @@ def evaluate(learner: Evaluated, num_eval_samples: int | None = None, greedy: bo
         return {}
     env = learner.eval_env
     order = learner.epoch_order(env, epoch=-1, limit=n, shuffle=False)
-    episode_returns, turn_rewards, turn_returns, invalid, joints = [], {}, {}, 0.0, 0
+    episode_returns, turn_rewards, turn_returns, invalid, joints, flow = [], {}, {}, 0.0, 0, []
     completions: list[list[list[str]]] = [[[] for _ in range(n)] for _ in range(learner.num_agents)]
     items, first_prompts = [], []
     bar = tqdm(total=n, desc="eval", disable=not cfg.verbose, leave=False, dynamic_ncols=True)
@@ -65,6 +67,7 @@ def evaluate(learner: Evaluated, num_eval_samples: int | None = None, greedy: bo
         episode_returns.append(rollout.episode_returns)
         invalid += float(rollout.invalid_actions.sum())
         joints += rollout.num_joint_actions
+        flow += rollout.episodes or []
         for t in rollout.turn.unique().tolist():
             at = rollout.turn == t
             turn_rewards.setdefault(t, []).append(rollout.rewards[:, at])
@@ -82,6 +85,8 @@ def evaluate(learner: Evaluated, num_eval_samples: int | None = None, greedy: bo
         metrics[f"eval/turn_{t + 1}/reward_mean"] = float(torch.cat(turn_rewards[t], 1).mean())
         metrics[f"eval/turn_{t + 1}/expected_return"] = float(torch.cat(turn_returns[t], 1).mean())
     metrics["eval/invalid_action_rate"] = invalid / max(joints * learner.num_agents, 1)
+    if flow:
+        metrics["eval/used_partner_info_rate"] = used_partner_info_rate(flow)[0]
     if learner.eval_logger is not None:
         rows = learner.eval_logger(agent_completions_turns=completions, batch_items=items, prompts=first_prompts)
         extra = learner.eval_aggregator(rows, num_turns=cfg.num_turns)

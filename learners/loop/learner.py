@@ -46,7 +46,7 @@ from learners.loop import data
 from learners.loop.config import LearnerConfig
 from learners.loop.evaluation import evaluate
 from learners.loop.logger import RunLogger
-from learners.loop.metrics import completion_rows, warn_if_no_signal
+from learners.loop.metrics import warn_if_no_signal
 from learners.loop.optim import adamw, lr_schedule
 from learners.models.agents import (
     agent_count,
@@ -207,7 +207,8 @@ class Learner(abc.ABC):
         main = self.dist.is_main  # only rank 0 writes files, opens wandb and shows a bar
         self.logger = RunLogger(cfg.output_dir if main else None, wandb_config if main else None,
                                 self._run_config(), cfg.verbose and main, run_id=self.run_id,
-                                tensorboard="tensorboard" in (cfg.report_to or ()))
+                                tensorboard="tensorboard" in (cfg.report_to or ()),
+                                completions_every=cfg.log_completions_steps)
 
     # ----- what a learner writes -------------------------------------------------
 
@@ -286,10 +287,9 @@ class Learner(abc.ABC):
                     metrics["train/epoch"] = self.epoch + self.batch_in_epoch / len(batches)
                     metrics["train/optimizer_steps"] = float(self.optimizer_steps)
                     metrics["train/completions"] = float(self.completions_sampled)
-                    if cfg.log_completions_steps and self.rollouts_done % cfg.log_completions_steps == 0:
-                        self.logger.log_completions(completion_rows(self.last_rollout), self.env_steps)
                     logged = metrics if self.rollouts_done % cfg.logging_steps == 0 else {}
                     self.logger.log(logged, self.env_steps, advance=1)
+                    self.logger.log_rollout(self.last_rollout, self.env_steps, self.rollouts_done, bool(logged))
                     last = metrics
                     self.flat_rollouts = warn_if_no_signal(metrics, self.flat_rollouts)
                     self._callback("on_step_end", metrics)

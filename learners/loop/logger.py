@@ -4,6 +4,11 @@ TensorBoard (`report_to="tensorboard"`).
 Every JSONL row carries the run's `run_id` and `step` (joint actions played so far), so runs that append to
 one `output_dir/metrics.jsonl` (a second run, or a resume, which keeps its run id) stay apart.
 
+Files in `output_dir`: `metrics.jsonl` (every logged metrics dict), `completions.jsonl` (a few sampled joint
+answers every `log_completions_steps` rollouts) and, for tasks that report `infos[agent]["used_partner_info"]`
+(`comlrl_env.info_flow`), `episodes.jsonl`: at every logged rollout, one row per episode with `task_index`,
+each agent's `messages` (what it sent at the message turn), `answers`, `used_partner_info` and `returns`.
+
 `wandb.init` happens in `RunLogger.start()` (called by `learn()`), never when a
 learner is built, so constructing a learner opens no run. `wandb_config`
 keys: `project`, `entity`, `name` (or `run_name`), `tags`, `dir`, `id`,
@@ -23,6 +28,10 @@ import numpy as np
 import torch
 from tqdm.auto import tqdm
 
+from comlrl_env.info_flow import write_records
+from learners.loop.metrics import completion_rows
+from learners.rollout import Rollout
+
 __all__ = ["RunLogger"]
 
 _WANDB_KEYS = ("project", "entity", "name", "run_name", "tags", "dir", "id", "resume", "mode", "config_sections", "group", "notes")
@@ -36,6 +45,7 @@ class RunLogger:
         wandb_config: wandb settings (None: no wandb).
         run_config: Hyperparameters recorded with the run.
         verbose: Show the progress bar.
+        completions_every: `log_rollout` records a few joint answers every this many rollouts (None: never).
     """
 
     def __init__(
@@ -46,6 +56,7 @@ class RunLogger:
         verbose: bool = True,
         run_id: str | None = None,
         tensorboard: bool = False,
+        completions_every: int | None = None,
     ) -> None:
         if wandb_config is not None:
             if not isinstance(wandb_config, dict):
@@ -59,6 +70,7 @@ class RunLogger:
         self.verbose = verbose
         self.run_id = run_id  # on every JSONL row: runs appending to one output_dir stay apart
         self.tensorboard = tensorboard and output_dir is not None
+        self.completions_every = completions_every
         self.writer: Any = None  # TensorBoard's SummaryWriter while a run is open
         self.run: Any = None
         self._bar: Any = None
@@ -124,6 +136,29 @@ class RunLogger:
             if "train/reward_mean" in clean:
                 self._bar.set_postfix(_bar_summary(clean), refresh=False)
             self._bar.update(advance)
+
+    def log_rollout(self, rollout: Rollout, step: int, rollouts_done: int, episodes: bool) -> None:
+        """Record rollout number `rollouts_done` for reading: a few joint answers every `completions_every`
+        rollouts (`log_completions`) and, when `episodes`, its info-flow rows (`log_episodes`; nothing for a
+        task that reports none)."""
+        if self.completions_every and rollouts_done % self.completions_every == 0:
+            self.log_completions(completion_rows(rollout), step)
+        if episodes and rollout.episodes:
+            self.log_episodes(rollout.episodes, step)
+
+    def log_episodes(self, rows: list[dict[str, Any]], step: int) -> None:
+        """Record info-flow rows (`Rollout.episodes`): one JSONL line each in `output_dir/episodes.jsonl`, and a
+        wandb Table."""
+        if self.output_dir is not None:
+            write_records(os.path.join(self.output_dir, "episodes.jsonl"), rows,
+                          {"run_id": self.run_id, "step": step}, mode="a")
+        if self.run is not None:
+            import wandb
+
+            columns = ["task_index", "messages", "answers", "used_partner_info", "returns"]
+            table = wandb.Table(columns=["step", *columns],
+                                data=[[step, *(json.dumps(r[c]) for c in columns)] for r in rows])
+            self.run.log({"episodes": table}, step=step)
 
     def log_completions(self, rows: list[dict[str, Any]], step: int) -> None:
         """Record sampled joint answers (`learners.loop.metrics.completion_rows`): one JSONL line each in

@@ -1,7 +1,8 @@
 """What a learner logs: the metrics of one rollout, and means over the minibatches of an update.
 
 Metric names: `train/*` (rewards, returns, advantages, losses, policy diagnostics per agent and turn),
-`perf/*` (seconds and tokens per second) and, from evaluation, `eval/*`.
+`perf/*` (seconds and tokens per second) and, from evaluation, `eval/*`. For tasks that report
+`infos[agent]["used_partner_info"]` (`comlrl_env.info_flow`), also `train/used_partner_info_rate`.
 """
 
 from __future__ import annotations
@@ -11,6 +12,7 @@ from typing import Mapping
 
 import torch
 
+from comlrl_env.info_flow import used_partner_info_rate
 from learners.rollout import Rollout
 
 __all__ = ["MeanMetrics", "completion_rows", "rollout_metrics", "zero_std_fraction"]
@@ -66,6 +68,9 @@ def rollout_metrics(rollout: Rollout, advantages: torch.Tensor, kl: torch.Tensor
     m["perf/tokens_per_second"] = tokens / max(rollout.timings["generate"], 1e-9)
     if "weight_sync" in rollout.timings:  # a generation engine's copy of the trained weights (part of generate)
         m["perf/seconds_weight_sync"] = rollout.timings["weight_sync"]
+    flow = used_partner_info_rate(rollout.episodes or [])
+    if flow is not None:  # share of the rollout's agent-answers that used the partner's private part
+        m["train/used_partner_info_rate"] = flow[0]
     return m
 
 

@@ -33,7 +33,9 @@ has joint actions C(j) (empty when the episode ended),
 which in parallel mode is the usual R_t = r_t + discount * R_{t+1}. In cross
 mode, agent a's sample k receives the mean reward/return of the joint actions
 that contain it. The `Rollout` also keeps the joint table itself (`joint_rows`,
-`joint_returns`, `joint_fixed`) for MAGRPO's counterfactual advantages.
+`joint_returns`, `joint_fixed`) for MAGRPO's counterfactual advantages, and, for tasks that report
+`infos[agent]["used_partner_info"]`, one info-flow row per such step (`Rollout.episodes`, built by
+`comlrl_env.info_flow.episode_record`: what each agent sent, answered, and whether it used its partner's part).
 """
 
 from __future__ import annotations
@@ -46,6 +48,7 @@ import torch
 from transformers import PreTrainedModel, PreTrainedTokenizerBase
 
 from comlrl_env.base import TextParallelEnv
+from comlrl_env.info_flow import episode_record
 from comlrl_env.policies import FixedPolicy
 from learners.parallel.placement import distinct_accelerators, per_agent
 from learners.rollout.backends.hf import HFBackend
@@ -140,6 +143,8 @@ class RolloutEngine:
         group_offset = 0
         invalid = torch.zeros(A)
         joint_count = 0
+        paid = [dict.fromkeys(agent_ids, 0.0) for _ in nodes]  # undiscounted reward on the path to each node
+        episodes: list[dict[str, Any]] = []  # info-flow rows (tasks that report used_partner_info)
         while nodes:
             states = [env.state() for env in nodes]  # joint text before acting (centralized critics)
             movers = [[agent in moving for agent in agent_ids] for moving in (set(env.to_move()) for env in nodes)]
@@ -148,7 +153,7 @@ class RolloutEngine:
             timings["generate"] += time.perf_counter() - t0
             t0 = time.perf_counter()
             joint_node, joint_pick, joint_reward, child_of_joint, joint_fixed = [], [], [], [], []
-            next_nodes, next_obs, next_task = [], [], []
+            next_nodes, next_obs, next_task, next_paid = [], [], [], []
             for n, env in enumerate(nodes):
                 combos = joint_combinations(per_node, movers[n], joint_mode)
                 for c, combo in enumerate(combos):
@@ -161,6 +166,10 @@ class RolloutEngine:
                     joint_reward.append([rew[agent_ids[s]] for s in seats])
                     for a, s in enumerate(seats):
                         invalid[a] += "invalid_action" in infos.get(agent_ids[s], {})
+                    path = {agent: paid[n][agent] + rew.get(agent, 0.0) for agent in agent_ids}
+                    record = episode_record(infos, actions, path)
+                    if record is not None:
+                        episodes.append({"task": node_task[n], "turn": len(levels), **record})
                     if any(term.values()) or any(trunc.values()) or not child.agents:
                         child_of_joint.append(-1)
                     else:
@@ -168,6 +177,7 @@ class RolloutEngine:
                         next_nodes.append(child)
                         next_obs.append(obs)
                         next_task.append(node_task[n])
+                        next_paid.append(path)
             timings["env"] += time.perf_counter() - t0
             joint_count += len(joint_node)
             num_groups = len(nodes) if rollout_mode == "tree" else len(roots)
@@ -189,9 +199,10 @@ class RolloutEngine:
             group_offset += num_groups
             for a in range(A):
                 parts[a].append(batches[a])
-            nodes, observations, node_task = next_nodes, next_obs, next_task
+            nodes, observations, node_task, paid = next_nodes, next_obs, next_task, next_paid
         rollout = self._assemble(levels, parts, per_node, discount, len(roots), invalid, joint_count, timings)
         rollout.joint_actions = joint_actions
+        rollout.episodes = episodes or None
         return rollout
 
     def trained_seats(self, num_seats: int) -> list[int]:

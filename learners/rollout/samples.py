@@ -90,6 +90,9 @@ class Rollout:
     joint_rows: torch.Tensor | None = None  # (J, A) row of each agent's sample in joint action j
     joint_returns: torch.Tensor | None = None  # (J, A) discounted return of joint action j per agent
     joint_fixed: torch.Tensor | None = None  # (J,) the moving fixed seats' samples in j as one number (0: none)
+    # Info-flow rows (`comlrl_env.info_flow.episode_record` plus `task`, the instance within the batch, and `turn`),
+    # one per step whose infos report `used_partner_info`; None when the env reports none.
+    episodes: list[dict] | None = None
 
     def acting(self, agent: int, idx: torch.Tensor) -> torch.Tensor:
         """The rows of `idx` at which `agent` was to move (turn-taking tasks); its other rows hold no sampled
