@@ -14,7 +14,10 @@
   every team. The first four take one value, or one per agent (`--temperature 0.7 1.0`).
   `--samples-per-task k` plays each task instance k times (pass@k for code tasks).
 
-Writes `results.json` (settings, agents with a content hash, versions, rows), `results.md` and `results.png`.
+Writes `results.json` (settings, agents with a content hash, versions, rows), `results.md` and `results.png`;
+with `--record-episodes`, for tasks that report what agents told each other (`comlrl_env.info_flow`), also
+`episodes/<env>__<team>.jsonl`: per episode each agent's message, answer, whether it used its partner's
+information, and returns.
 
 `--league` plays a round robin instead (`comlrl_env.league`): on every two-player game with a winner, each
 pair of the teams and the game's reference bots (random, MCTS where it applies) plays `--episodes` episodes
@@ -57,6 +60,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--out", required=True)
     parser.add_argument("--greedy", action="store_true")
     parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--record-episodes", action="store_true",
+                        help="write per-episode messages and answers of message tasks to OUT/episodes/")
     for flag, kind in (("--temperature", float), ("--top-p", float), ("--top-k", int), ("--max-new-tokens", int)):
         parser.add_argument(flag, type=kind, nargs="+", help="one value for every agent, or one per agent")
     parser.add_argument("--chat-template", action="store_true", default=None,
@@ -87,7 +92,7 @@ def main(argv: list[str] | None = None) -> int:
         print(f"wrote {args.out}/league.json, league.md")
         return 0
     results = run_suite(envs, teams, args.episodes, args.out, args.seed,
-                        samples_per_task=args.samples_per_task, metadata=metadata)
+                        samples_per_task=args.samples_per_task, metadata=metadata, record_episodes=args.record_episodes)
     print(team_table(results["rows"]) + "\n" + markdown_table(results["rows"]), end="")
     print(f"wrote {args.out}/results.json, results.md, results.png")
     return 0

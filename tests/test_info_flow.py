@@ -260,3 +260,20 @@ def test_tree_rollouts_log_one_row_per_leaf_with_its_paths_return(tiny_dir):
         assert [r["messages"][agent] for r in rows] == [m[:200] for m in sent for _ in range(2)]
     leaf = rollout.joint_returns[-8:]  # the answer turn's joint actions; the message turn pays 0
     assert [r["returns"]["agent_0"] for r in rows] == pytest.approx(leaf[:, 0].tolist())
+
+
+def test_comlrl_bench_records_the_episodes_of_a_message_task(tiny_dir, tmp_path):
+    from comlrl_env import register
+    from learners.cli import main
+
+    register("test/Whisper-v0", entry_point=Whisper)
+    saved = tmp_path / "agents"
+    saved.mkdir()
+    for i in range(2):
+        (saved / f"agent_{i}").symlink_to(tiny_dir)
+    out = tmp_path / "bench"
+    assert main(["--env", "test/Whisper-v0", "--agents", f"team={saved}", "--episodes", "2", "--out", str(out),
+                 "--max-new-tokens", "4", "--record-episodes"]) == 0
+    rows = [json.loads(line) for line in (out / "episodes" / "test_Whisper-v0__team.jsonl").read_text().splitlines()]
+    assert [r["task_index"] for r in rows] == [0, 1] and set(rows[0]["messages"]) == {"agent_0", "agent_1"}
+    assert "used_partner_info_rate" in (out / "results.md").read_text()
