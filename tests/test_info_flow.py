@@ -277,3 +277,40 @@ def test_comlrl_bench_records_the_episodes_of_a_message_task(tiny_dir, tmp_path)
     rows = [json.loads(line) for line in (out / "episodes" / "test_Whisper-v0__team.jsonl").read_text().splitlines()]
     assert [r["task_index"] for r in rows] == [0, 1] and set(rows[0]["messages"]) == {"agent_0", "agent_1"}
     assert "used_partner_info_rate" in (out / "results.md").read_text()
+
+
+# ----- the coop/ private-information tasks -------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("task", ["coop/SecretPair-v0", "coop/SharedPick-v0"])
+def test_the_coop_tasks_report_the_flow_in_the_team_view_only(task):
+    from comlrl_env import make
+
+    team = evaluate_policy(make(task), lambda obs, envs: [e.canonical_actions() for e in envs], episodes=6)
+    assert team["used_partner_info_rate"] == 1.0 and team["reward_mean"] == 1.0
+    silent = evaluate_policy(make(task), lambda obs, envs: [dict.fromkeys(o, "") for o in obs], episodes=6)
+    assert silent["used_partner_info_rate"] == 0.0
+    rows = play_episodes(make(task), lambda obs, envs: [e.canonical_actions() for e in envs], 2).records
+    env = make(task)
+    env.reset(options={"task_index": 1})
+    assert rows[1]["messages"] == env.canonical_actions()  # what each agent sent at the message turn
+    for view in ("full", "own"):
+        lone = evaluate_policy(make(task, view=view), lambda obs, envs: [e.canonical_actions() for e in envs], 2)
+        assert "used_partner_info_rate" not in lone
+
+
+def test_maac_critic_on_secret_pair_reads_both_secrets_and_both_messages(tiny_dir):
+    learner = MAAC(env="coop/SecretPair-v0", agent_model=tiny_dir, num_agents=2, critic_model=tiny_dir,
+                   args=MAACConfig(**AC_FAST))
+    rollout = learner.collect(reset_roots(learner.env, [(0, 13)]), num_generations=1)  # colour 1, animal 1
+    env = learner.env
+    env.reset(options={"task_index": 13})
+    colour, animal = env.task["parts"]
+    sent = {a: rollout.samples[i].completions[0] for i, a in enumerate(("agent_0", "agent_1"))}
+    env.step(sent)
+    turn1 = learner.joint_texts(rollout, torch.tensor([1]))[0]
+    assert turn1 == env.state()
+    assert colour in turn1 and animal in turn1
+    iac_view = rollout.samples[0].prompt_ids[1][rollout.samples[0].prompt_mask[1].bool()]
+    own = AutoTokenizer.from_pretrained(tiny_dir).decode(iac_view)
+    assert own == env.observe("agent_0") and animal not in own.replace(sent["agent_1"][:200], "")
