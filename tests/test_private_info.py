@@ -11,7 +11,7 @@ import comlrl_env
 from comlrl_env import make
 from comlrl_env.benchmark import evaluate_policy
 from comlrl_env.suites import suites
-from comlrl_env.tasks.private_info import ANIMALS, COLOURS, ITEMS, VIEWS, credit
+from comlrl_env.tasks.private_info import ANIMALS, COLOURS, VIEWS, credit
 from comlrl_env.testing import check_env, check_task
 from learners.models.policy import AgentPolicy
 
