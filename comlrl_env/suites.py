@@ -13,6 +13,8 @@
   joint reward and with per-agent (general-sum) rewards.
 - `basic`: the first built-in tasks (length ratio, number guessing with
   feedback, the pie-splitting game): one of each reward structure and turn style.
+- `private_info`: tasks a team solves only by sharing what each agent knows (a message turn, then
+  an answer turn); each also has one-agent views (`view="full"`, `view="own"`). See `comlrl_env.tasks.private_info`.
 - `games`: OpenSpiel games in small configurations (needs `pip install
   'comlrl-env[games]'`): cooperative (tiny_hanabi, hanabi, coop_box_pushing),
   general-sum negotiation (bargaining, negotiation) and competitive (kuhn_poker,
@@ -34,6 +36,7 @@ suites: dict[str, list[str]] = {
     "code": ["code/HumanEvalCoop-v2", "code/HumanEvalCoopMultiTurn-v3"],
     "writing": ["writing/DocSummary-v1", "writing/DocSummaryGeneralSum-v1"],
     "basic": ["coop/LengthRatio-v1", "coop/GuessNumber-v1", "general/SplitPie-v1"],
+    "private_info": ["coop/SecretPair-v0", "coop/SharedPick-v0"],
     "games": [
         "openspiel/tiny_hanabi-v0",
         "openspiel/hanabi-v0",

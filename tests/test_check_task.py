@@ -44,7 +44,7 @@ def _good_policy(env_id: str):
     name = env_id.split("/")[-1].rsplit("-v", 1)[0]
     if name in GOOD:
         return GOOD[name]
-    return lambda env, obs: env.canonical_actions()  # the code tasks know their reference answer
+    return lambda env, obs: env.canonical_actions()  # the code and private-information tasks know their answer
 
 
 # Games are not tasks: a competitive game pays its winner whatever the play, and random legal play

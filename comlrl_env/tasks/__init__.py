@@ -12,6 +12,7 @@ register("coop/GuessNumber-v1", entry_point=GuessNumber)
 register("general/SplitPie-v1", entry_point=SplitPie)
 
 from comlrl_env.tasks.code import HumanEvalCoop, HumanEvalCoopMultiTurn  # noqa: E402
+from comlrl_env.tasks.private_info import SecretPair, SharedPick  # noqa: E402
 from comlrl_env.tasks.smoke import Arithmetic, FormatAgreement  # noqa: E402
 from comlrl_env.tasks.writing import DocSummary, DocSummaryGeneralSum  # noqa: E402
 
@@ -22,6 +23,8 @@ __all__ += [
     "FormatAgreement",
     "HumanEvalCoop",
     "HumanEvalCoopMultiTurn",
+    "SecretPair",
+    "SharedPick",
 ]
 
 register("smoke/FormatAgreement-v1", entry_point=FormatAgreement)
@@ -30,6 +33,8 @@ register("code/HumanEvalCoop-v2", entry_point=HumanEvalCoop)
 register("code/HumanEvalCoopMultiTurn-v3", entry_point=HumanEvalCoopMultiTurn)
 register("writing/DocSummary-v1", entry_point=DocSummary)
 register("writing/DocSummaryGeneralSum-v1", entry_point=DocSummaryGeneralSum)
+register("coop/SecretPair-v0", entry_point=SecretPair)  # view="team" | "full" | "own"
+register("coop/SharedPick-v0", entry_point=SharedPick)
 
 # OpenSpiel games (comlrl_env/openspiel.py; needs `pip install 'comlrl-env[games]'`, imported on first use).
 # Any `openspiel/<game>-v0` resolves on demand; the `games` suite's ids are registered with small defaults.
