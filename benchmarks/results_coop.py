@@ -464,7 +464,7 @@ def selected(key: str, only: list[str] | None) -> bool:
 def main(argv: list[str] | None = None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
     args = parse(argv)
-    if args.jobs > 1 and args.device == "cpu":
+    if args.jobs > 1:  # the stages' processes share the cores (on a GPU too: sampling and the loop run on them)
         torch.set_num_threads(max(1, (os.cpu_count() or 1) // args.jobs))
     if args.stage is not None:  # a work unit, in a subprocess the parent started
         for key in args.stage:
