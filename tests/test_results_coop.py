@@ -16,6 +16,7 @@ import pytest
 ROOT = Path(__file__).resolve().parent.parent
 SCRIPT = ROOT / "benchmarks" / "results_coop.py"
 sys.path.insert(0, str(ROOT / "benchmarks"))
+import coop_report  # noqa: E402
 import results  # noqa: E402
 import results_coop  # noqa: E402
 
@@ -46,7 +47,7 @@ def test_smoke_run_writes_every_row_and_resumes(tiny_dir, tmp_path):
         assert r["seeds"] == seeds and r["sampled"]["episodes"] == r["greedy"]["episodes"] == 8 * len(seeds)
         assert (r["sampled"]["ci95_seeds"] is None) == (len(seeds) == 1)  # a t-interval needs 2 seeds
         assert r["completions"] == (None if r["learner"] is None else 64)  # equal budget: team and lone alike
-    assert {(c["a"], c["b"]) for c in data["comparisons"]} == set(results_coop.COMPARISONS)
+    assert {(c["a"], c["b"]) for c in data["comparisons"]} == set(coop_report.COMPARISONS)
     evals = sorted((out / "evals").glob("*.json"))
     assert len(evals) == 24
     for path in evals:
@@ -81,16 +82,16 @@ def test_held_out_instances_are_the_same_in_every_view_and_never_trained_on(task
 
 
 def test_over_seeds_and_differences_by_hand():
-    a = results_coop.over_seeds([{"reward_mean": 0.2, "reward_std": 0.1, "reward_ci95": 0.0, "episodes": 100},
+    a = coop_report.over_seeds([{"reward_mean": 0.2, "reward_std": 0.1, "reward_ci95": 0.0, "episodes": 100},
                                  {"reward_mean": 0.4, "reward_std": 0.3, "reward_ci95": 0.0, "episodes": 100}])
     assert a["mean"] == pytest.approx(0.3)
     assert a["ci95_seeds"] == pytest.approx(12.706 * math.sqrt(0.02) / math.sqrt(2))  # sd of (0.2, 0.4)
     # pooled: (99 * 0.01 + 99 * 0.09 + 100 * 0.01 + 100 * 0.01) / 199
     assert a["pooled_std"] ** 2 == pytest.approx((99 * 0.1 + 200 * 0.01) / 199)
     assert a["pooled_ci95"] == pytest.approx(1.96 * a["pooled_std"] / math.sqrt(200))
-    b = results_coop.over_seeds([{"reward_mean": 0.1, "reward_std": 0.1, "reward_ci95": 0.0, "episodes": 100},
+    b = coop_report.over_seeds([{"reward_mean": 0.1, "reward_std": 0.1, "reward_ci95": 0.0, "episodes": 100},
                                  {"reward_mean": 0.2, "reward_std": 0.1, "reward_ci95": 0.0, "episodes": 100}])
-    d = results_coop.difference(a, b)  # paired by seed: (0.1, 0.2)
+    d = coop_report.difference(a, b)  # paired by seed: (0.1, 0.2)
     assert d["mean"] == pytest.approx(0.15)
     assert d["ci95_seeds"] == pytest.approx(12.706 * math.sqrt(0.005) / math.sqrt(2))
     assert d["verdict"] == "within CI" and d["intervals_apart"] == "no"
