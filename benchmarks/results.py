@@ -185,15 +185,19 @@ def train(run: Training, model_dir: str, out: str, scale: float, seed: int) -> s
     return fit(learner, run_dir, dataclasses.asdict(run))
 
 
-def fit(learner: Any, run_dir: str, config: dict[str, Any]) -> str:
+def fit(learner: Any, run_dir: str, config: dict[str, Any], checkpoint_rollouts: int = 8) -> str:
     """`learner.learn()` from the last checkpoint in `run_dir/checkpoints` (if any), then the agents to
-    `run_dir/final` with `done.json` (time, completions per agent, `config`), the stage's mark; return it."""
+    `run_dir/final` with `done.json` (time, completions per agent, `config`), the stage's mark; return it.
+    Checkpoints every `checkpoint_rollouts` rollouts (0: none, so an interrupted training starts over)."""
     final = os.path.join(run_dir, "final")
     checkpoints = os.path.join(run_dir, "checkpoints")
     latest = last_checkpoint(checkpoints)
     start = time.perf_counter()
-    learner.learn(checkpoint_dir=checkpoints, checkpoint_steps=8, checkpoint_total_limit=1,
-                  resume_from_checkpoint=latest)
+    if checkpoint_rollouts:
+        learner.learn(checkpoint_dir=checkpoints, checkpoint_steps=checkpoint_rollouts, checkpoint_total_limit=1,
+                      resume_from_checkpoint=latest)
+    else:
+        learner.learn()
     learner.save_model(final)
     # "seconds" counts this invocation only: a resumed run's earlier part is not in it.
     write_json(os.path.join(final, "done.json"), {

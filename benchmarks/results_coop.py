@@ -124,7 +124,7 @@ def eval_path(out: str, key: str) -> str:
 
 
 def train(task: str, seed: int, cond: Condition, model_dir: str, out: str, budget: int, device: str,
-          lr: float = LR) -> str:
+          lr: float = LR, checkpoint_rollouts: int = 8) -> str:
     """Train `cond` on the training split for `budget` completions (resuming), actors at `lr`; return its
     `final` dir."""
     run_dir = os.path.join(out, "runs", stage_key(task, seed, cond))
@@ -150,7 +150,8 @@ def train(task: str, seed: int, cond: Condition, model_dir: str, out: str, budge
         learner = MAAC(**models, critic_model=model_dir, args=config)
     else:
         raise ValueError(f"condition {cond.name!r} has learner {cond.learner!r}; use magrpo, iac or maac.")
-    return fit(learner, run_dir, {**dataclasses.asdict(cond), "task": task, "seed": seed, "budget": budget, "lr": lr})
+    return fit(learner, run_dir, {**dataclasses.asdict(cond), "task": task, "seed": seed, "budget": budget, "lr": lr},
+               checkpoint_rollouts)
 
 
 class Recorder:
@@ -205,7 +206,8 @@ def run_stage(task: str, seed: int, cond: Condition, args: argparse.Namespace) -
     training = None
     agents: str | list[str] = [args.model_dir] * cond.num_agents
     if cond.learner is not None:
-        agents = train(task, seed, cond, args.model_dir, args.out, args.budget, args.device, args.lr)
+        agents = train(task, seed, cond, args.model_dir, args.out, args.budget, args.device, args.lr,
+                       args.checkpoint_rollouts)
         with open(os.path.join(agents, "done.json"), encoding="utf-8") as f:
             training = json.load(f)
     trained = time.perf_counter()
@@ -213,6 +215,8 @@ def run_stage(task: str, seed: int, cond: Condition, args: argparse.Namespace) -
               **evaluate(task, seed, cond, agents, args.episodes, args.device),
               "seconds_train": trained - start, "seconds_eval": time.perf_counter() - trained}
     write_json(path, result)
+    if args.drop_weights and cond.learner is not None:  # the row is written; its trained weights are not needed
+        shutil.rmtree(agents, ignore_errors=True)
     return result
 
 
@@ -301,6 +305,10 @@ def parse(argv: list[str]) -> argparse.Namespace:
     p.add_argument("--lr", type=float, default=LR, help=f"learning rate of the LoRA actors ({LR})")
     p.add_argument("--device", choices=("auto", "cpu", "cuda"), default="auto", help="auto: cuda if available")
     p.add_argument("--jobs", type=int, default=1, help="stages run at once, each in its own process")
+    p.add_argument("--checkpoint-rollouts", type=int, default=8,
+                   help="checkpoint every N rollouts, so an interrupted training resumes (0: none)")
+    p.add_argument("--drop-weights", action="store_true",
+                   help="delete a trained condition's weights once its row is evaluated (disk: ~1 GB per team)")
     p.add_argument("--smoke", action="store_true", help="toy sizes: every stage, in seconds on a tiny model")
     p.add_argument("--docs", action="store_true", help="write the section of docs/results.md and its image")
     p.add_argument("--stage", nargs="+", default=None, help=argparse.SUPPRESS)  # a subprocess of --jobs: one stage
