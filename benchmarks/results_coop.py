@@ -1,7 +1,7 @@
 """`make results-coop`: does a trained SmolLM2-135M team beat one agent when each agent knows half the answer?
 
     make results-coop                                               # everything, resumable
-    python benchmarks/results_coop.py --jobs 12 --device cuda --gguf SmolLM2-135M-Instruct.Q4_1.gguf
+    python benchmarks/results_coop.py --jobs 6 --device cuda --gguf SmolLM2-135M-Instruct.Q4_1.gguf
     python benchmarks/results_coop.py --only secretpair/seed0       # a part (stage keys, tasks or conditions)
     python benchmarks/results_coop.py --smoke --model-dir TINY      # every stage at toy sizes, into <out>-smoke
 
@@ -74,6 +74,11 @@ LR = 5e-4  # LoRA actors (results.py: 1e-3 learnt Arithmetic fast, 3e-4 FormatAg
 CRITIC_LR = 2e-5  # full critic models with a value head
 MAX_NEW_TOKENS = 24  # a message or an answer: a few words
 EXAMPLES = 3  # sampled episodes per row kept for the results page
+# Measured on one H200 (141 GB): a stage's process peaks at 7-18 GB of GPU memory (a team with critics the most),
+# so 16 at once ran out of memory and the survivors stalled in the allocator's retries; 6 fit with room.
+GPU_JOBS = 6
+CHILD_ENV = {**os.environ, "PYTORCH_CUDA_ALLOC_CONF": os.environ.get("PYTORCH_CUDA_ALLOC_CONF",
+                                                                     "expandable_segments:True")}
 
 
 @dataclasses.dataclass(frozen=True)
@@ -263,7 +268,7 @@ def run_stages(stages: list[tuple[str, int, Condition]], args: argparse.Namespac
             unit = todo.pop(0)
             log = open(os.path.join(args.out, "logs", unit[0].replace("/", "__") + ".log"), "w", encoding="utf-8")
             proc = subprocess.Popen([sys.executable, os.path.abspath(__file__), *argv, "--stage", *unit],
-                                    stdout=log, stderr=subprocess.STDOUT, cwd=ROOT)
+                                    stdout=log, stderr=subprocess.STDOUT, cwd=ROOT, env=CHILD_ENV)
             running.append((unit, proc, time.perf_counter(), log))
         time.sleep(0.2)
         for item in [r for r in running if r[1].poll() is not None]:
@@ -304,7 +309,8 @@ def parse(argv: list[str]) -> argparse.Namespace:
     p.add_argument("--budget", type=int, default=None, help=f"completions per trained condition ({BUDGET})")
     p.add_argument("--lr", type=float, default=LR, help=f"learning rate of the LoRA actors ({LR})")
     p.add_argument("--device", choices=("auto", "cpu", "cuda"), default="auto", help="auto: cuda if available")
-    p.add_argument("--jobs", type=int, default=1, help="stages run at once, each in its own process")
+    p.add_argument("--jobs", type=int, default=1, help=f"stages run at once, each in its own process (one H200: "
+                   f"{GPU_JOBS}; each gets an even share of the GPU's memory)")
     p.add_argument("--checkpoint-rollouts", type=int, default=8,
                    help="checkpoint every N rollouts, so an interrupted training resumes (0: none)")
     p.add_argument("--drop-weights", action="store_true",
@@ -341,6 +347,8 @@ def main(argv: list[str] | None = None) -> int:
     if args.jobs > 1:  # the stages' processes share the cores (on a GPU too: sampling and the loop run on them)
         torch.set_num_threads(max(1, (os.cpu_count() or 1) // args.jobs))
     if args.stage is not None:  # a work unit, in a subprocess the parent started
+        if args.device == "cuda" and args.jobs > 1:  # an even share of the GPU each, so no stage starves the rest
+            torch.cuda.set_per_process_memory_fraction(min(1.0, 0.95 / args.jobs))
         for key in args.stage:
             run_stage(*parse_key(key), args)
         return 0
