@@ -25,6 +25,7 @@ __all__ = ["MESSAGE_KEY", "USED_KEY", "episode_record", "used_partner_info_rate"
 
 MESSAGE_KEY = "message_sent"
 USED_KEY = "used_partner_info"
+ANSWER_CHARS = 500  # an answer is kept to this many characters in a record (a rambling model's rows stay small)
 
 
 def episode_record(infos: Mapping[AgentID, Mapping[str, Any]], actions: Mapping[AgentID, str],
@@ -37,7 +38,8 @@ def episode_record(infos: Mapping[AgentID, Mapping[str, Any]], actions: Mapping[
         returns: Each agent's undiscounted return of the episode so far (its return, at the final step).
 
     Returns:
-        `{"task_index", "messages", "answers", "used_partner_info", "returns"}`: `messages` and
+        `{"task_index", "messages", "answers", "used_partner_info", "returns"}` (answers clipped to
+        `ANSWER_CHARS` characters): `messages` and
         `used_partner_info` cover the agents that report them, `answers` and `returns` every agent.
     """
     flagged = [a for a, info in infos.items() if USED_KEY in info]
@@ -47,7 +49,7 @@ def episode_record(infos: Mapping[AgentID, Mapping[str, Any]], actions: Mapping[
     return {
         "task_index": first.get("task_index"),
         "messages": {a: str(info[MESSAGE_KEY]) for a, info in infos.items() if MESSAGE_KEY in info},
-        "answers": {a: actions.get(a, "") for a in infos},
+        "answers": {a: actions.get(a, "")[:ANSWER_CHARS] for a in infos},
         "used_partner_info": {a: bool(infos[a][USED_KEY]) for a in flagged},
         "returns": {a: float(r) for a, r in returns.items()},
     }
