@@ -71,6 +71,7 @@ Versions: v0 (both tasks), the first.
 
 from __future__ import annotations
 
+import abc
 import itertools
 import re
 from typing import Any
@@ -195,21 +196,25 @@ class _PrivateInfoTask(TextParallelEnv):
         """Text both agents see before their parts ("" when none); ends with a newline when not empty."""
         return ""
 
+    @abc.abstractmethod
     def known(self, part: int) -> str:
-        raise NotImplementedError
+        """The sentence that shows `part` to the agent holding it."""
 
+    @abc.abstractmethod
     def hidden(self, part: int, partner: bool) -> str:
-        raise NotImplementedError
+        """The sentence that says `part` is not shown: the partner holds it, or (lone) it is hidden."""
 
+    @abc.abstractmethod
     def message_hint(self, part: int) -> str:
-        raise NotImplementedError
+        """The reference message that passes `part` on (`canonical_actions`)."""
 
+    @abc.abstractmethod
     def answer_text(self) -> str:
-        raise NotImplementedError
+        """The whole right answer."""
 
+    @abc.abstractmethod
     def read(self, text: str) -> tuple[set[int], str | None]:
         """The parts `text` gets right, and why it is invalid (None when it is a well-formed answer)."""
-        raise NotImplementedError
 
 
 def credit(right: set[int], held: tuple[int, ...]) -> float:
