@@ -12,6 +12,7 @@ the tests compare the sharded one with. See docs/scaling.md for the recipe on se
 from __future__ import annotations
 
 import argparse
+import gc
 import json
 import os
 import time
@@ -126,5 +127,7 @@ def train(name: str) -> None:
 
 for learner_name in args.learners:
     train(learner_name)
-if launched:
+if launched:  # every rank done with its collectives and its FSDP objects freed before the group goes
+    gc.collect()
+    dist.barrier()
     dist.destroy_process_group()
