@@ -40,7 +40,7 @@ def launch(out: Path, *args: str, nproc: int = 2, **popen) -> subprocess.Popen |
         return subprocess.Popen(cmd, env=env, text=True, **popen)
     done = subprocess.run(cmd, capture_output=True, text=True, env=env, timeout=300)
     if done.returncode != 0 and native_abort(done.stderr) and not any(str(out) in a for a in args):
-        # gloo on an oversubscribed CPU has (once in CI, in 40 local tries never) aborted a rank in native code
+        # gloo on an oversubscribed CPU has (once in CI, never in 54 local tries) aborted a rank in native code
         # with no Python error. Rerun once from a clean folder, and say so in the warnings summary.
         warnings.warn(f"a rank aborted in native code; rerunning once:\n{done.stderr[-3000:]}", stacklevel=2)
         shutil.rmtree(out)
