@@ -51,7 +51,7 @@ def launch(out: Path, *args: str, nproc: int = 2, **popen) -> subprocess.Popen |
 
 
 def native_abort(stderr: str) -> bool:
-    """A rank died of SIGABRT from C++ (`std::terminate`), not of a Python exception in the example."""
+    """A rank died of SIGABRT after C++'s `std::terminate` (a Python exception in the example exits with 1)."""
     return "terminate called" in stderr and "exitcode  : -6" in stderr
 
 
