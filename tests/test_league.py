@@ -23,15 +23,15 @@ def row(a, b, wins, draws, losses):
 
 def test_elo_by_hand():
     # 3 wins, 1 loss, plus the virtual draw: scores 3.5 : 1.5, so 10^(d/400) = 3.5 / 1.5
-    ratings = elo_ratings([row("x", "random-bot", 3, 0, 1)], bootstrap=200)
+    ratings = elo_ratings([row("x", "random-bot", 3, 0, 1)])["players"]
     assert ratings["random-bot"]["elo"] == pytest.approx(1000.0)  # the anchor
     assert ratings["x"]["elo"] == pytest.approx(1000 + 400 * math.log10(3.5 / 1.5), abs=1e-6)
     assert ratings["x"]["low"] <= ratings["x"]["elo"] <= ratings["x"]["high"] and ratings["x"]["games"] == 4
     # an even record is an even rating; without the random bot the mean is the anchor value
-    even = elo_ratings([row("p", "q", 2, 4, 2)], bootstrap=0)
+    even = elo_ratings([row("p", "q", 2, 4, 2)])["players"]
     assert even["p"]["elo"] == pytest.approx(1000.0) == pytest.approx(even["q"]["elo"])
     # a player that wins everything still has a finite rating (the virtual draw): 0.5 : 10.5
-    sweep = elo_ratings([row("p", "q", 10, 0, 0)], bootstrap=0)
+    sweep = elo_ratings([row("p", "q", 10, 0, 0)])["players"]
     assert sweep["p"]["elo"] - sweep["q"]["elo"] == pytest.approx(400 * math.log10(10.5 / 0.5))
 
 
@@ -39,7 +39,7 @@ def test_elo_is_the_maximum_likelihood_fit():
     """At the fit, each player's expected score equals its score (the likelihood's stationarity condition)."""
     rows = [row("a", "b", 7, 2, 3), row("a", "c", 9, 0, 3), row("b", "c", 4, 4, 4), row("a", "random-bot", 11, 1, 0),
             row("b", "random-bot", 8, 2, 2), row("c", "random-bot", 6, 3, 3)]
-    ratings = elo_ratings(rows, bootstrap=0)
+    ratings = elo_ratings(rows)["players"]
     for p in ratings:
         score = expected = 0.0
         for r in rows:
@@ -67,7 +67,7 @@ def test_a_match_plays_both_seat_orders_and_a_forfeit_loses():
 
 
 def test_the_stronger_bot_rates_higher():
-    league = run_league(["openspiel/tic_tac_toe-v0"], {}, episodes=20, bootstrap=300)
+    league = run_league(["openspiel/tic_tac_toe-v0"], {}, episodes=20)
     (match,) = league["games"]["openspiel/tic_tac_toe-v0"]["rows"]
     assert {match["a"], match["b"]} == {"random-bot", "mcts-bot"}
     assert match["win_rate"] + match["draw_rate"] + match["loss_rate"] == pytest.approx(1.0)
