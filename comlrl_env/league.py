@@ -62,8 +62,9 @@ CHI2_95 = 3.841458820694124
 """The 95% quantile of chi-squared with one degree of freedom: the profile deviance that bounds an interval."""
 ELO = 400 / np.log(10)
 """Elo points per unit of natural-log odds."""
-INTERVAL = ("95% profile-likelihood intervals, in Elo: the ratings within 1.92 log-likelihood of the fit, the "
-            "other ratings and each game's first-move edge refitted")
+INTERVAL = ("95% profile-likelihood intervals, in Elo: each holds the values of a rating (or of a game's "
+            "first-move edge) whose likelihood, every other parameter refitted, is within 1.92 log-units of the "
+            "maximum; the anchor is fixed.")
 """How the league's intervals are made (its output's header says it)."""
 
 
