@@ -213,8 +213,8 @@ def evaluate_policy(env: str | TextParallelEnv, policy: Policy, episodes: int, s
                     samples_per_task: int = 1, episodes_path: str | None = None) -> dict[str, float]:
     """Play `episodes` task instances of `env`, each `samples_per_task` times, with `policy` in lockstep
     (`play_episodes`); return the metrics of the module docstring, with intervals over task instances (a
-    finite task set's instance `i % num_tasks`, else reset seed `seed + i`). With `episodes_path`, write the per-episode
-    info-flow rows there as JSONL (an env that reports no `used_partner_info` writes no file)."""
+    finite task set's instance `i % num_tasks`, else reset seed `seed + i`). With `episodes_path`, write the
+    per-episode info-flow rows there as JSONL (an env that reports no `used_partner_info` writes no file)."""
     template = make(env) if isinstance(env, str) else env
     tokens_before = getattr(policy, "tokens_generated", None)
     played_episodes = play_episodes(template, policy, episodes, seed, samples_per_task)
@@ -286,8 +286,8 @@ def run_suite(
     Returns and writes to `out_dir` `results.json` (`metadata`, e.g. the settings, agents and versions,
     `interval`: how the intervals are made, then `rows`: one per env and team), `results.md` (that method,
     then the mean reward and its 95% interval per team side by side with the teams it cannot tell apart, then
-    every metric) and `results.png` (the same means with their intervals). With `record_episodes` (and `out_dir`), each (env, team)
-    whose env reports `used_partner_info` also writes its per-episode rows to
+    every metric) and `results.png` (the same means with their intervals). With `record_episodes` (and
+    `out_dir`), each (env, team) whose env reports `used_partner_info` also writes its per-episode rows to
     `out_dir/episodes/<env>__<team>.jsonl` (`/` in names written as `_`).
     """
     if isinstance(suite, str) and suite not in suites:

@@ -39,7 +39,24 @@ def test_cli_end_to_end_on_the_smoke_suite(tiny_dir, tmp_path, capsys):
     assert len(envs) >= 2 and {r["policy"] for r in results["rows"]} >= {"agents", "empty"}
     assert (out / "results.png").stat().st_size > 1000
     assert "| env | policy |" in (out / "results.md").read_text()
-    assert "reward_mean" in capsys.readouterr().out
+    printed = capsys.readouterr().out
+    assert "reward_mean" in printed and printed.startswith("2 task instances per env, each played 1 time(s). 95%")
+
+
+def test_cli_plays_32_task_instances_by_default(tmp_path, monkeypatch):
+    """8 episodes gave 0/1 intervals that covered 0.52 of the time; the default is now 32."""
+    import learners.cli as cli
+
+    seen = {}
+
+    def league(envs, teams, episodes, *args, **kwargs):
+        seen["episodes"] = episodes
+        raise SystemExit(0)
+
+    monkeypatch.setattr(cli, "run_league", league)
+    with pytest.raises(SystemExit):
+        cli.main(["--suite", "games", "--league", "--out", str(tmp_path)])
+    assert seen["episodes"] == 32
 
 
 def test_unknown_suite_is_refused():
