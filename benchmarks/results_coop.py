@@ -5,7 +5,7 @@
     python benchmarks/results_coop.py --only secretpair/seed0       # a part (stage keys, tasks or conditions)
     python benchmarks/results_coop.py --smoke --model-dir TINY      # every stage at toy sizes, into <out>-smoke
 
-The private-information tasks (`coop/SecretPair-v0`, `coop/SharedPick-v0`, docs/tasks.md) in three views of
+The private-information tasks (`coop/SecretPair-v1`, `coop/SharedPick-v1`, docs/tasks.md) in three views of
 the same instances: the team (2 agents; turn 0 each sends the other a message, turn 1 both answer), one agent
 given everything ("full") and one agent given only its own part ("own"). For each task and seed (`--seeds`,
 default 0 1 2) one stage per condition (`CONDITIONS`) trains (if it is a trained condition) and evaluates:
@@ -57,6 +57,7 @@ for path in (ROOT, HERE):
 
 import torch  # noqa: E402
 
+from comlrl_env import make  # noqa: E402
 from comlrl_env.benchmark import evaluate_policy  # noqa: E402
 from learners import IAC, MAAC, MAGRPO, IACConfig, MAACConfig, MAGRPOConfig  # noqa: E402
 from learners.models.policy import AgentPolicy  # noqa: E402
@@ -65,7 +66,7 @@ from coop_report import (COMPARISONS, comparison_table, difference, exchanges, f
 from results import (EVAL_EPISODES, EVAL_SEED, LORA, SAMPLING, SPLIT_SEED, Task, curve, fit,  # noqa: E402
                      plot, replace_block, smollm2, write_json)
 
-TASKS = {"secretpair": "coop/SecretPair-v0", "sharedpick": "coop/SharedPick-v0"}
+TASKS = {"secretpair": "coop/SecretPair-v1", "sharedpick": "coop/SharedPick-v1"}
 SEEDS = (0, 1, 2)
 BUDGET = 3072  # sampled completions per trained condition, all agents and turns together
 COMPLETIONS_PER_ROLLOUT = 64  # per update, every condition: team 4 instances x 4 x 2 agents x 2 turns, lone 16 x 4
@@ -108,8 +109,13 @@ BY_NAME = {c.name: c for c in CONDITIONS}
 
 
 def task_env(task: str, view: str, split: str) -> Any:
-    """The `split` ("train" / "held_out") of `task` in `view`: the same instances in every view."""
-    return Task(task, TASKS[task], {"view": view}, MAX_NEW_TOKENS).env(split)
+    """The `split` ("train" / "held_out") of `task` in `view`: the same instances in every view (the `own`
+    view's set holds each instance twice, once per shown part: own indices 2h and 2h + 1 are instance h)."""
+    team = Task(task, TASKS[task], {"view": "team"}, MAX_NEW_TOKENS).env(split)
+    if view == "team":
+        return team
+    picked = [2 * h + p for h in team.task_subset for p in (0, 1)] if view == "own" else team.task_subset
+    return make(TASKS[task], view=view).select_tasks(picked)
 
 
 def stage_key(task: str, seed: int, cond: Condition) -> str:
@@ -185,8 +191,10 @@ class Recorder:
 
 def evaluate(task: str, seed: int, cond: Condition, agents: str | list[str], episodes: int, device: str
              ) -> dict[str, Any]:
-    """Held-out metrics of `agents` (a `final` dir, or the base model's dirs), sampled and greedy."""
+    """Held-out metrics of `agents` (a `final` dir, or the base model's dirs), sampled and greedy, on `episodes`
+    held-out instances (the `own` view: each with each part shown, so twice as many episodes)."""
     env = task_env(task, cond.view, "held_out")
+    episodes *= 2 if cond.view == "own" else 1
     if isinstance(agents, str):
         policy = AgentPolicy.from_saved(agents, seed=seed, device=device)
     else:

@@ -423,3 +423,29 @@ def test_global_grouping_compares_every_sample_of_the_rollout(tiny_dir, monkeypa
             assert seen["group"].tolist() == [0, 0, 0, 0]
             expected = R - R.mean(1, keepdim=True)
         assert torch.allclose(seen["advantages"], expected)
+
+
+def test_evaluation_draws_a_seeded_shuffle_of_instances_the_same_at_every_evaluation(tiny_dir, monkeypatch):
+    import learners.loop.evaluation as evaluation
+
+    played: list[list[int]] = []
+
+    def recording(env, batch):
+        played[-1] += [index for _, index in batch]
+        return reset_roots(env, batch)
+
+    monkeypatch.setattr(evaluation, "reset_roots", recording)
+
+    def eval_instances(seed: int) -> list[int]:
+        learner = MAGRPO(env="coop/SecretPair-v1", agent_model=tiny_dir, num_agents=2, args=MAGRPOConfig(
+            num_train_epochs=1, max_new_tokens=2, eval_num_samples=8, eval_batch_size=4, eval_interval=0,
+            verbose=False, seed=seed))
+        played.append([])
+        learner.evaluate()
+        return played[-1]
+
+    first = eval_instances(seed=0)
+    # SecretPair's instances 0..11 all hold "red": evaluating on the first 8 would favour a team that says red
+    assert first != list(range(8)) and len(set(first)) == 8
+    assert eval_instances(seed=0) == first  # reproducible for a seed: every evaluation of a run plays the same
+    assert eval_instances(seed=1) != first

@@ -1,7 +1,9 @@
 """Evaluation: a learner's agents play held-out episodes with one sample per agent per turn.
 
-Always under the task reward (never a learner's `relabel`), in a fixed order (`epoch_order(env, -1)`,
-unshuffled), so every evaluation of a run plays the same task instances. `Learner.evaluate` calls this.
+Always under the task reward (never a learner's `relabel`), on a fixed draw of task instances: the first
+`eval_num_samples` of a shuffle seeded by the run's seed (`epoch_order(env, -1)`; every instance once when
+`eval_num_samples` is the eval env's size), so every evaluation of a run plays the same instances, and never
+just the first ones, whose order a task may have made uneven. `Learner.evaluate` calls this.
 """
 
 from __future__ import annotations
@@ -54,7 +56,7 @@ def evaluate(learner: Evaluated, num_eval_samples: int | None = None, greedy: bo
     if n <= 0 or not learner.dist.is_main:  # under torchrun rank 0 evaluates; the others go on
         return {}
     env = learner.eval_env
-    order = learner.epoch_order(env, epoch=-1, limit=n, shuffle=False)
+    order = learner.epoch_order(env, epoch=-1, limit=n, shuffle=True)
     episode_returns, turn_rewards, turn_returns, invalid, joints, flow = [], {}, {}, 0.0, 0, []
     completions: list[list[list[str]]] = [[[] for _ in range(n)] for _ in range(learner.num_agents)]
     items, first_prompts = [], []
