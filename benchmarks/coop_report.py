@@ -61,6 +61,7 @@ def summarize(task: str, cond: Any, results: list[dict[str, Any]]) -> dict[str, 
     return {"task": task, **dataclasses.asdict(cond), "seeds": [r["seed"] for r in results],
             "sampled": over_seeds([r["sampled"] for r in results]), "greedy": over_seeds([r["greedy"] for r in results]),
             "used_partner_info_rate": float(np.mean(info)) if info else None,
+            "used_partner_info_chance": results[0]["sampled"].get("used_partner_info_chance"),
             "invalid_action_rate": float(np.mean([r["sampled"]["invalid_action_rate"] for r in results])),
             "completions": int(np.mean([t["completions_per_agent"] for t in trainings])) * cond.num_agents
             if trainings else None, "minutes": float(np.mean([t["seconds"] for t in trainings])) / 60 if trainings else None}
@@ -84,13 +85,15 @@ def interval(s: dict[str, Any]) -> str:
 def table(rows: list[dict[str, Any]]) -> str:
     """One line per (task, condition)."""
     lines = ["| task | condition | trained on (completions, min) | held-out reward T=0.8, mean of seeds ± t95 "
-             "| pooled episodes ± 95% | per seed (± 95%) | greedy, mean of seeds ± t95 | partner info used "
+             "| pooled episodes ± 95% | per seed (± 95%) | greedy, mean of seeds ± t95 | partner info used (chance) "
              "| invalid |", "|---|---|---|---|---|---|---|---|---|"]
     for r in rows:
         s = r["sampled"]
         trained = "-" if r["completions"] is None else f"{r['completions']}, {r['minutes']:.1f}"
         seeds = ", ".join(f"{m:.2f} ± {c:.2f}" for m, c in zip(s["seed_means"], s["seed_ci95"]))
         info = "-" if r["used_partner_info_rate"] is None else f"{r['used_partner_info_rate']:.2f}"
+        if r.get("used_partner_info_chance") is not None:
+            info += f" ({r['used_partner_info_chance']:.2f})"
         lines.append(f"| {r['task']} | {r['name']} | {trained} | {interval(s)} | {s['pooled_mean']:.3f} ± "
                      f"{s['pooled_ci95']:.3f} ({s['episodes']}) | {seeds} | {interval(r['greedy'])} | {info} "
                      f"| {r['invalid_action_rate']:.2f} |")
@@ -127,8 +130,10 @@ def findings(rows: list[dict[str, Any]], comparisons: list[dict[str, Any]]) -> s
                                                                      "the trained everything-agent")) if (t, a, b) in by]
         line = f"- {t}, {a}: {interval(r['sampled'])}; " + ", ".join(parts)
         if info.get((t, a)) is not None and info.get((t, "team-base")) is not None:
+            chance = r.get("used_partner_info_chance")
             line += (f"; answers used the partner's part {100 * info[t, a]:.0f}% of the time "
-                     f"(untrained team: {100 * info[t, 'team-base']:.0f}%)")
+                     f"(untrained team: {100 * info[t, 'team-base']:.0f}%"
+                     + (f"; chance: {100 * chance:.0f}%)" if chance is not None else ")"))
         out.append(line + ".")
     out += [f"- {c['task']}: MAAC is {said(c, 'IAC')}." for c in comparisons
             if (c["a"], c["b"]) == ("team-maac-lora", "team-iac-lora")]

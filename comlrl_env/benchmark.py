@@ -37,7 +37,9 @@ it. Each interval comes as `<name>_low`, `<name>_high` and `<name>_ci95` (the la
 - `episodes_per_second`;
 - `used_partner_info_rate` (interval `used_partner_info_*`), only for envs that report
   `infos[agent]["used_partner_info"]` (private-information tasks, `comlrl_env.info_flow`): the share of
-  agent-answers that contain the partner's private part.
+  agent-answers that contain the partner's private part; a lucky guess counts too, so
+  `used_partner_info_chance` (the task's `metadata["partner_info_chance"]`, where it states one) is the rate
+  that answers reach without the partner's message, in the column beside it.
 
 Each rate (success, pass@k, invalid actions, used partner info) has the Wilson score interval at the effective
 sample size of its per-task counts, which never collapses at 0 or 1 (8 failures of 8: [0, 0.32]).
@@ -68,7 +70,7 @@ matplotlib.use("Agg")  # files only, no display
 import matplotlib.pyplot as plt  # noqa: E402
 
 from comlrl_env.base import AgentID, TextParallelEnv
-from comlrl_env.info_flow import episode_record, used_partner_info_rate, write_records
+from comlrl_env.info_flow import episode_record, partner_info_chance, used_partner_info_rate, write_records
 from comlrl_env.intervals import Interval, mean_interval, rate_interval
 from comlrl_env.policies import FixedPolicy
 from comlrl_env.registry import make
@@ -79,7 +81,7 @@ __all__ = ["Episodes", "Policy", "empty_policy", "evaluate_policy", "fixed_team"
 
 Policy = Callable[[list[dict[AgentID, str]], list[TextParallelEnv]], list[dict[AgentID, str]]]
 METRICS = ("reward_mean", "success_rate", "invalid_action_rate", "tokens_per_episode", "episodes_per_second")
-OPTIONAL_METRICS = ("used_partner_info_rate",)  # columns of the table only where some row has them
+OPTIONAL_METRICS = ("used_partner_info_rate", "used_partner_info_chance")  # columns only where some row has them
 INTERVAL_KEYS = {"reward_mean": "reward", "used_partner_info_rate": "used_partner_info"}  # else the metric's
 ORDER = ("a finite task set's instances are drawn in a shuffle seeded by {seed} (every instance once when there are "
          "as many episodes as instances), a procedural env's are reset seeds {seed}, {seed} + 1, ....")
@@ -272,6 +274,8 @@ def evaluate_policy(env: str | TextParallelEnv, policy: Policy, episodes: int, s
     if flow is not None:
         metrics["used_partner_info_rate"] = float(flow.estimate)
         metrics.update(_bounds("used_partner_info", flow))
+        if partner_info_chance(template) is not None:
+            metrics["used_partner_info_chance"] = partner_info_chance(template)
         if episodes_path is not None:
             os.makedirs(os.path.dirname(os.path.abspath(episodes_path)), exist_ok=True)
             write_records(episodes_path, played_episodes.records)

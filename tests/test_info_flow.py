@@ -325,3 +325,35 @@ def test_maac_critic_on_secret_pair_reads_both_secrets_and_both_messages(tiny_di
     iac_view = rollout.samples[0].prompt_ids[1][rollout.samples[0].prompt_mask[1].bool()]
     own = AutoTokenizer.from_pretrained(tiny_dir).decode(iac_view)
     assert own == env.observe("agent_0") and animal not in own.replace(sent["agent_1"][:200], "")
+
+
+def silent_guess(obs, envs):
+    """No message; then each agent answers its own part with a fixed guess at its partner's: SecretPair's
+    colour holder "<colour> cat", animal holder "red <animal>"; SharedPick's the first listed item with its
+    own attribute."""
+    actions = []
+    for o, env in zip(obs, envs):
+        if env.turn == 0:
+            actions.append(dict.fromkeys(o, ""))
+            continue
+        parts = env.task["parts"]
+        if "items" in env.task:
+            pick = {p: next(n for n, attrs in env.task["items"].items() if attrs[p] == parts[p]) for p in (0, 1)}
+            actions.append({"agent_0": pick[0], "agent_1": pick[1]})
+        else:
+            actions.append({"agent_0": f"{parts[0]} cat", "agent_1": f"red {parts[1]}"})
+    return actions
+
+
+@pytest.mark.parametrize("task, chance", [("coop/SecretPair-v1", 1 / 12), ("coop/SharedPick-v1", 1 / 3)])
+def test_the_rate_comes_with_its_chance_level_which_silent_guessing_reaches_exactly(task, chance):
+    from comlrl_env import make
+
+    env = make(task)
+    metrics = evaluate_policy(env, silent_guess, episodes=env.num_tasks)  # every instance once
+    assert metrics["used_partner_info_chance"] == pytest.approx(chance)
+    # no message, so every answer that got the partner's part right was a lucky guess: exactly the chance level
+    assert metrics["used_partner_info_rate"] == pytest.approx(chance, abs=1e-12)
+    assert markdown_table([{"env": task, "team": "silent", **metrics}]).splitlines()[0].endswith(
+        "| used_partner_info_rate | used_partner_info_chance |")
+    assert "used_partner_info_chance" not in evaluate_policy(Whisper(), sharing_team(), episodes=2)  # none stated

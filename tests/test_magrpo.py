@@ -441,7 +441,8 @@ def test_evaluation_draws_a_seeded_shuffle_of_instances_the_same_at_every_evalua
             num_train_epochs=1, max_new_tokens=2, eval_num_samples=8, eval_batch_size=4, eval_interval=0,
             verbose=False, seed=seed))
         played.append([])
-        learner.evaluate()
+        metrics = learner.evaluate()
+        assert metrics["eval/used_partner_info_chance"] == pytest.approx(1 / 12)  # beside the rate it qualifies
         return played[-1]
 
     first = eval_instances(seed=0)

@@ -14,7 +14,7 @@ import torch
 from tqdm.auto import tqdm
 
 from comlrl_env import TextParallelEnv
-from comlrl_env.info_flow import used_partner_info_rate
+from comlrl_env.info_flow import partner_info_chance, used_partner_info_rate
 from learners.loop.data import reset_roots
 from learners.loop.logger import RunLogger
 from learners.parallel.distributed import Distributed
@@ -47,7 +47,8 @@ def evaluate(learner: Evaluated, num_eval_samples: int | None = None, greedy: bo
 
     Metrics: `eval/reward_mean` (mean episode return over agents), `eval/agent_{i}/return_mean`,
     `eval/turn_{t}/reward_mean`, `eval/turn_{t}/expected_return`, `eval/invalid_action_rate`,
-    `eval/used_partner_info_rate` (tasks that report `used_partner_info`, `comlrl_env.info_flow`), and
+    `eval/used_partner_info_rate` (tasks that report `used_partner_info`, `comlrl_env.info_flow`) with its
+    chance level `eval/used_partner_info_chance` where the task states one, and
     `eval/<key>` from `eval_logger` + `eval_aggregator`. Always the task reward (never `relabel`).
     """
     cfg = learner.args
@@ -89,6 +90,8 @@ def evaluate(learner: Evaluated, num_eval_samples: int | None = None, greedy: bo
     metrics["eval/invalid_action_rate"] = invalid / max(joints * learner.num_agents, 1)
     if flow:
         metrics["eval/used_partner_info_rate"] = used_partner_info_rate(flow)[0]
+        if partner_info_chance(env) is not None:  # what answers reach without the partner's message
+            metrics["eval/used_partner_info_chance"] = partner_info_chance(env)
     if learner.eval_logger is not None:
         rows = learner.eval_logger(agent_completions_turns=completions, batch_items=items, prompts=first_prompts)
         extra = learner.eval_aggregator(rows, num_turns=cfg.num_turns)
