@@ -75,6 +75,35 @@ COMPARISONS = [(f"team-{x}-lora", b) for x in ("magrpo", "iac", "maac") for b in
 trained own-part agent and the trained everything-agent; MAAC against IAC; each lone agent against its base."""
 
 
+def build(results: dict[str, dict[str, Any]], tasks: list[str], conditions: list[Any]) -> dict[str, Any]:
+    """The report of unit results (key "task/seedN/condition" -> a unit file's content): `rows` (one per task
+    and condition with units, over the seeds it has), `comparisons` (`COMPARISONS` where both rows exist),
+    `curves` (per task and trained condition, the training reward averaged over seeds) and `settings` (each
+    setting's distinct values over the units, plus the seeds)."""
+    rows, curves = [], {}
+    for task in tasks:
+        for cond in conditions:
+            mine = [r for r in results.values() if r["task"] == task and r["name"] == cond.name]
+            if not mine:
+                continue
+            rows.append(summarize(task, cond, mine))
+            runs = [r["curve"] for r in mine if r.get("curve") and r["curve"][0]]
+            if runs:
+                n = min(len(x) for x, _ in runs)  # their rollouts line up
+                curves.setdefault(task, {})[cond.name] = (runs[0][0][:n], np.mean([y[:n] for _, y in runs], 0).tolist())
+    by = {(r["task"], r["name"]): r for r in rows}
+    comparisons = [{"task": t, "a": a, "b": b, **difference(by[t, a]["sampled"], by[t, b]["sampled"])}
+                   for t in tasks for a, b in COMPARISONS if (t, a) in by and (t, b) in by]
+    made: dict[str, list[Any]] = {"seeds": sorted({r["seed"] for r in results.values()})}
+    for r in results.values():
+        for name, value in (r.get("settings") or {}).items():
+            if name == "budget" and r["learner"] is None:
+                continue  # an untrained row samples no completions
+            if value not in made.setdefault(name, []):
+                made[name].append(value)
+    return {"rows": rows, "comparisons": comparisons, "curves": curves, "settings": made}
+
+
 # ----- table, findings, curves ------------------------------------------------------------------------------
 
 
