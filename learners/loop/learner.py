@@ -17,7 +17,6 @@ function applied to every training rollout, and `wrapper`, whose `state_dict()` 
 from __future__ import annotations
 
 import abc
-import copy
 import dataclasses
 import json
 import math
@@ -156,7 +155,7 @@ class Learner(abc.ABC):
             tokenizer = tokenizer[0]
         self.agents, self.tokenizers = load_agents(agent_model, agents,
                                                    (1 if shared_base else count) if agents is None else None,
-                                                   tokenizer, self.model_config)
+                                                   tokenizer, self.model_config, None if cfg.peft_config else self.sharding)
         if shared_base:
             self.agents, self.tokenizers = self.agents * count, self.tokenizers * count
         if cfg.peft_config is not None:
@@ -164,15 +163,15 @@ class Learner(abc.ABC):
             self.agents = attach_adapters(self.agents, cfg.peft_config, cfg.merge_adapters_on_save, self.model_index)
         self.agent_names = [model_name(a) for a in (agents if agents is not None else [agent_model] * count)]
         for first, *_ in self.model_agents():
-            self.agents[first].to(self.devices[first])
+            self.sharding.place(self.agents[first], self.devices[first])  # FSDP: sharded where it lands
             if cfg.gradient_checkpointing:
                 enable_gradient_checkpointing(self.agents[first])
         self.reference_models: list[torch.nn.Module] = []  # frozen copies of the agents as loaded, per agent
         if cfg.reference_kl_enabled:
             devices = resolve_devices(cfg.reference_devices, self.num_seats, what="reference", default=self.devices,
                                       seats=self.seats)
-            copies = [copy.deepcopy(self.agents[a[0]]).to(devices[a[0]]).eval().requires_grad_(False)
-                      for a in self.model_agents()]
+            copies = [self.sharding.place(self.sharding.copy(self.agents[a[0]]), devices[a[0]], frozen=True)
+                      .eval().requires_grad_(False) for a in self.model_agents()]
             self.reference_models = [copies[m] for m in self.model_index]
         self.schedule_epochs: int | None = None  # LR schedule length; None: num_train_epochs (MARLHFIter: the run's)
         self._setup_models()
