@@ -154,7 +154,7 @@ def try_resumes(learner, out: str, build: dict[str, int]) -> None:
 
 def train(name: str) -> None:
     out = os.path.join(args.out, name)
-    greedy = {"do_sample": False, "num_beams": 2} if name in ("magrpo", "uneven") else {"do_sample": False}
+    greedy = {"do_sample": False, "num_beams": 2} if name in ("magrpo", "uneven", "lora") else {"do_sample": False}
     shared = dict(num_train_epochs=args.epochs, rollout_buffer_size=4, max_new_tokens=6, temperature=1.0, top_p=1.0,
                   top_k=None, agent_learning_rate=5e-4, eval_num_samples=4, eval_interval=0, verbose=False,
                   sharding=args.sharding, output_dir=os.path.join(out, "run"),
