@@ -1,8 +1,10 @@
 """FSDP2 sharding (`sharding="fsdp"`): errors before work, and under torchrun on CPU (gloo) the sharded runs of
-`examples/fsdp.py` against one process: same losses and weights, half the memory per rank, exact resume after
-a kill, checkpoints that load on another number of ranks, exported folders that load with from_pretrained.
+`examples/fsdp.py` against one process: same losses and weights, half the memory per rank (from the moment the
+learner is built), exact resume after a kill, checkpoints that load on another number of ranks and refuse
+corrupt shards, exported folders that load with from_pretrained and AutoPeftModelForCausalLM.
 
-The torchrun runs carry the `fsdp` marker (`make test-fsdp`, which `.ci/run` runs): two to three minutes on 2 cores.
+The torchrun runs carry the `fsdp` marker (`make test-fsdp`, which `.ci/run` runs): three to four minutes on 2
+cores.
 """
 
 from __future__ import annotations
