@@ -4,11 +4,13 @@ One preference stage, then a policy phase:
 
 1. the current agents sample `preference_num_candidates` joint answers per task
    instance (one batched generate per agent, as the rollout engine does);
-2. pairs (winner, loser) are labelled by the task reward (ties dropped) and
-   selected by `pair_selection`;
-3. a `rewards.RewardModel` (backbone from `reward_model_name`, scalar head on
-   the last non-padding token) is trained with the Bradley-Terry loss
-   -mean log sigmoid(s_w - s_l); its accuracy on held-out pairs is logged;
+2. pairs (winner, loser) of two different texts are labelled by the task reward
+   (ties dropped) and selected by `pair_selection` (`rewards.preferences`);
+3. a `rewards.RewardModel` (backbone from `reward_model_name`, float32 unless
+   `reward_model_config` says otherwise, scalar head on the last non-padding
+   token) is trained with the Bradley-Terry loss -mean log sigmoid(s_w - s_l);
+   its accuracy is logged on held-out comparisons, set aside before replay
+   draws and never trained on;
 4. the model is frozen and its score of the joint answer replaces the task
    reward in the chosen RL learner (`rl_algorithm`: MAGRPO and its advantage
    variants, IAC or MAAC; their code is reused, not copied). Evaluation always
