@@ -181,17 +181,17 @@ class Learner(abc.ABC):
                 policy.prepare(cfg.generation_settings().for_agent(seat), seat_devices[seat], self.model_config,
                                given_tokenizer[seat] if per_seat and len(given_tokenizer) == self.num_seats
                                else None if per_seat else given_tokenizer)
-        vllm = cfg.generation_backend == "vllm"  # else the engine's own HFBackend
-        backend = VLLMBackend.from_config(cfg, self.agents, self.tokenizers, self.seats) if vllm else None
-        self.engine = RolloutEngine(self.agents, self.tokenizers, cfg.generation_settings(), self.fixed, backend)
         # One optimizer and schedule per model: a model in several seats (self-play) steps once per minibatch.
         self.optimizers = [adamw(self.agents[a[0]].parameters(), cfg.agent_learning_rate, cfg.weight_decay)
                            for a in self.model_agents()]
-        self.engine.backend.follow([self.optimizers[m] for m in self.model_index])  # weights reach the backend
         self.schedulers = [self._scheduler(o) for o in self.optimizers]
         self.relabel: Callable[[Rollout], Rollout] | None = None  # MARLHF: its reward model's scores as rewards
         self.wrapper: Any = None  # a learner driving this one (MARLHF): its state joins checkpoints
         self.sharding.shard(self.checkpoint_modules(), self.checkpoint_optimizers()[0], frozen=self.reference_models)
+        vllm = cfg.generation_backend == "vllm"  # else the engine's own HFBackend; both see the filled models
+        backend = VLLMBackend.from_config(cfg, self.agents, self.tokenizers, self.seats) if vllm else None
+        self.engine = RolloutEngine(self.agents, self.tokenizers, cfg.generation_settings(), self.fixed, backend)
+        self.engine.backend.follow([self.optimizers[m] for m in self.model_index])  # weights reach the backend
         self.run_id = self.dist.gather(uuid.uuid4().hex)[0]  # one run id, rank 0's, on every rank
         self.checkpoint_sequence = 0
         self.wandb_identity: dict[str, Any] | None = None  # the last wandb run's, kept for later checkpoints
