@@ -108,6 +108,29 @@ def test_a_model_without_decoder_layers_is_refused_before_anything_is_sharded(mo
             Sharding(MAGRPOConfig(sharding="fsdp", fsdp_cpu_offload=True), Distributed(rank=0, world_size=2))
 
 
+def test_a_skeleton_filled_from_its_files_is_the_model_from_pretrained_loads(tiny_dir):
+    """Sharding while loading, on one process: the skeleton (parameters on meta, buffers real) filled whole from
+    the safetensors files equals `from_pretrained`'s model, tied weights and generation settings included."""
+    from transformers import AutoModelForCausalLM
+
+    from learners.parallel.loading import allocate, fill, skeleton
+
+    model, files = skeleton(tiny_dir, {})
+    names = {n for n, p in model.named_parameters() if p.device.type == "meta"}
+    assert names == {n for n, _ in model.named_parameters()} and all(b.device.type == "cpu" for b in model.buffers())
+    allocate(model, torch.device("cpu"))
+    fill(model, files, names, rank=0, world_size=1)
+    assert model.lm_head.weight is model.model.embed_tokens.weight  # tied, as from_pretrained ties them
+    reference = AutoModelForCausalLM.from_pretrained(tiny_dir)
+    ours, theirs = model.state_dict(), reference.state_dict()
+    assert ours.keys() == theirs.keys() and all(torch.equal(ours[k], theirs[k]) for k in ours)
+    assert model.name_or_path == str(tiny_dir) and not model.training
+    assert model.generation_config.to_dict() == reference.generation_config.to_dict()
+    ids = torch.tensor([[1, 2, 3]])
+    assert torch.equal(model(ids).logits, reference(ids).logits)
+    assert skeleton(tiny_dir, {"revision": "main"}) is None  # what only from_pretrained honours loads whole
+
+
 # ----- torchrun: two processes against one ----------------------------------------------------------------------
 
 

@@ -39,7 +39,7 @@ from torch.distributed.device_mesh import init_device_mesh
 from torch.distributed.fsdp import CPUOffloadPolicy, FSDPModule, MixedPrecisionPolicy, OffloadPolicy, fully_shard
 
 from learners.parallel.distributed import Distributed
-from learners.parallel.loading import fill, skeleton
+from learners.parallel.loading import allocate, fill, skeleton
 
 __all__ = ["PassSync", "SHARDINGS", "Sharding", "check_sharding", "decoder_layers", "fsdp_root", "pass_sync",
            "shard_target"]
@@ -170,7 +170,7 @@ class Sharding:
         once (tied weights too), and fill them from its files; its real tensors (buffers, heads attached after
         it was built) stay as they are. Collective-free."""
         files, names = self.pending.pop(id(model))
-        model._apply(lambda t: torch.empty_like(t, device=self.device) if t.device.type == "meta" else t)
+        allocate(model, self.device)
         fill(model, files, names, self.dist.rank, self.dist.world_size)
 
     def shard(self, models: dict[str, nn.Module], optimizers: Sequence[torch.optim.Optimizer],

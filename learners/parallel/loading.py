@@ -4,7 +4,7 @@ A causal LM saved as safetensors (a local folder) is first built as a skeleton (
 with every parameter on the meta device (no memory, no initialization); buffers, such as rotary frequencies,
 are computed for real (they are small). Heads and adapters attached later are real too. `Sharding.shard` then
 splits it with `fully_shard` (pieces on meta stay on meta), gives each rank storage for its own pieces only
-(`to_empty`; the real tensors are kept across it) and `fill`s them: each rank reads, tensor by tensor, just the
+(`allocate`; real tensors stay as they are) and `fill`s them: each rank reads, tensor by tensor, just the
 bytes of its rows of each weight from the safetensors files, straight into its storage. FSDP2 splits dim 0 of an n-row tensor over N ranks in chunks
 of c = ceil(n / N) rows, so rank r reads rows [min(r c, n), min((r + 1) c, n)).
 
@@ -24,8 +24,9 @@ from typing import Any, BinaryIO, Iterator
 
 import torch
 from torch import nn
+from torch.distributed.fsdp import FSDPModule
 
-__all__ = ["fill", "parameters_on_meta", "skeleton", "weight_files"]
+__all__ = ["allocate", "fill", "parameters_on_meta", "skeleton", "weight_files"]
 
 _INDEX = "model.safetensors.index.json"
 _KWARGS = {"dtype", "attn_implementation"}
@@ -91,10 +92,27 @@ def skeleton(source: Any, kwargs: dict[str, Any], vocabulary: int | None = None)
     if names - stored:  # renamed or missing keys: from_pretrained knows the model's conversions
         return None
     model.eval()
-    model.config._name_or_path = os.fspath(source)
+    model.config._name_or_path = model.name_or_path = os.fspath(source)
     with contextlib.suppress(OSError):
         model.generation_config = GenerationConfig.from_pretrained(folder)
     return model, files
+
+
+def allocate(model: nn.Module, device: torch.device) -> None:
+    """Storage on `device` for every parameter of `model` still on meta, once per tensor, so tied weights stay
+    tied; real tensors (buffers, heads) stay as they are. A model sharded by FSDP goes through `_apply` (FSDP
+    swaps the storage in, keeping each parameter object); a whole one gets new parameters, shared as before."""
+    if isinstance(model, FSDPModule):
+        model._apply(lambda t: torch.empty_like(t, device=device) if t.device.type == "meta" else t)
+        return
+    made: dict[int, tuple[nn.Parameter, nn.Parameter]] = {}
+    for module in model.modules():
+        for name, param in list(module._parameters.items()):
+            if param is not None and param.device.type == "meta":
+                if id(param) not in made:
+                    made[id(param)] = (param, nn.Parameter(torch.empty_like(param, device=device),
+                                                           requires_grad=param.requires_grad))
+                module._parameters[name] = made[id(param)][1]
 
 
 def fill(model: nn.Module, files: list[str], names: set[str], rank: int, world_size: int) -> None:
