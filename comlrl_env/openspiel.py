@@ -48,9 +48,10 @@ the whole answer is that action's text (`action_to_string`, e.g. `Bet`,
 punctuation ignored, or one of its short forms (`1,1` for `x(1,1)`, `13` or
 `bid 13` for `[P0]Bid: 13`, `b` for `Bet`); or the answer has one line
 `Action: <text>`. An answer that names two or more actions, restates one of
-the seat's own observations (`is_echo(text, agent)`: whether another seat's
-private view was copied is never checked, so the reason cannot reveal it), uses lookalike letters, or names an occupied or
-malformed cell is invalid, and so is empty text or a non-`str`.
+the seat's own observations (`is_echo(text, agent)`: a copy of another seat's
+private view is never checked, so the reason cannot reveal it), uses lookalike
+letters, or names an occupied or malformed cell is invalid, and so is empty
+text or a non-`str`.
 `infos[agent]["invalid_action"]` gives the reason; model text never raises.
 
 **Invalid actions** (`invalid_action=`):
