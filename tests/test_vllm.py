@@ -147,7 +147,7 @@ def test_actor_critic_learners_train_on_vllm_rollouts(model_dir, learner_class):
 def fixed_completion(learner):
     """One prompt and a fixed completion of it, as a `SampleBatch`."""
     tok = learner.tokenizers[0]
-    ids, mask = encode_prompts(tok, learner.engine.backend.agent_settings[0], ["def add(a, b):"])
+    ids, mask, _ = encode_prompts(tok, learner.engine.backend.agent_settings[0], ["def add(a, b):"])
     fixed = torch.tensor([tok(" return a + b", add_special_tokens=False)["input_ids"] + [tok.eos_token_id]])
     return SampleBatch(ids, mask, fixed, torch.ones_like(fixed), [""])
 

@@ -15,7 +15,7 @@ import difflib
 import os
 from typing import Any, ClassVar, Iterable
 
-from learners.rollout.backends.vllm_engines import check_vllm_arguments, require_vllm
+from learners.rollout.backends.vllm_engines import check_temperature, check_vllm_arguments, require_vllm
 from learners.parallel.fsdp import SHARDINGS
 from learners.rollout.settings import (
     SAMPLING_NUMBERS,
@@ -320,6 +320,9 @@ class LearnerConfig(metaclass=ConfigMeta):
         canonicalize(self, "generation_backend", ("hf", "vllm"))
         check_vllm_arguments(self.vllm_engine_args, self.generation_kwargs if self.generation_backend == "vllm" else {})
         if self.generation_backend == "vllm":
+            temperatures = per_agent_values("temperature", self.temperature)
+            for i, t in enumerate(temperatures or [self.temperature]):
+                check_temperature("temperature" if temperatures is None else f"temperature[{i}]", t)
             if int(os.environ.get("WORLD_SIZE", "1")) > 1:
                 raise ValueError('generation_backend="vllm" runs its engines in one process; under torchrun each '
                                  "rank's in-process engine would join torchrun's process group, which is not "
