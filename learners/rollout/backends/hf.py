@@ -7,6 +7,15 @@ points `StopRecorder` records. LoRA agents that are adapters of one base sample 
 
 Every path returns a `SampleBatch`: left-padded prompt ids, the sampled ids through the first EOS (or stop
 string), their mask, the decoded texts and, from the lean loop, the log-probs.
+
+The sampler contract every backend keeps (the vLLM backend lists what still differs):
+- a completion ends at the first token whose text (special tokens' text included) completes a stop string
+  in the completion's own text, never at one that spans the prompt's end; that token is kept;
+- greedy decoding gives every sample of a prompt the argmax completion;
+- prompts are cut from the left to `prompt_limit` tokens (`max_prompt_length`, and the model's context minus
+  `max_new_tokens`, so every completion may use all its tokens), the cut kept per sample
+  (`SampleBatch.prompt_cut`); settings that cannot fit the context are refused when the backend is built
+  (`check_context`).
 """
 
 from __future__ import annotations

@@ -10,10 +10,24 @@ backend marks it changed, and before the next generation pushes it into its engi
 saved and loaded under a new id, full weights go in place through `reload_weights`. The seconds this takes
 are returned by `finish_rollout()` (logged as `perf/seconds_weight_sync`).
 
-Sampling maps every setting exactly, per agent: temperature, top_p, top_k (None, off, is vLLM's -1),
-max_new_tokens, the EOS ids, stop strings (kept in the completion) and the chat template (prompts are
-tokenized here exactly as the HF backend does, and sent as token ids). Each prompt's request gets its own
-seed, drawn from torch's global RNG, so a seeded run repeats and a resumed one continues exactly.
+Sampling keeps the HF backend's contract, per agent: temperature, top_p, top_k (None, off, is vLLM's -1),
+max_new_tokens, the EOS ids and the chat template map exactly (prompts are tokenized here as the HF backend
+does, cut alike to fit the context, and sent as token ids); a completion ends at the first stop string in its
+own text, special tokens' text included (kept in the completion); greedy decoding samples the argmax once
+per prompt and repeats it. Each prompt's request gets its own seed, drawn from torch's global RNG, so a
+seeded run repeats and a resumed one continues exactly. `tests/test_vllm.py` checks greedy parity with HF.
+What still differs from the HF backend (the same list is in docs/scaling.md):
+
+1. Sampled completions come from the same distribution but another random stream: a seed repeats a run on
+   one backend, not across the two.
+2. Temperatures below vLLM's floor of 0.01 (`MIN_TEMPERATURE`) are refused (greedy decoding is `eval_greedy`);
+   HF samples at any temperature above 0.
+3. `generation_kwargs` and logits-processor fields of a model's generation config (e.g. repetition_penalty)
+   are refused; DoRA, `modules_to_save` and LoRA ranks above 512 too.
+4. A `max_model_len` in `vllm_engine_args` below the model's context is the engine's context: prompts are cut
+   to it (minus `max_new_tokens`), where HF cuts them to the model's context.
+5. Log-probs and greedy argmaxes agree up to float rounding (about 1e-6 in float32, more in bf16): two
+   logits closer than that may break a greedy tie differently (`rollout_correction` weighs the log-probs).
 
 The kept log-probs are the engine's own: `processed_logprobs` (after temperature, top-k and top-p,
 normalised over the kept tokens) when agents are scored at their sampling temperature, else
