@@ -58,7 +58,7 @@ class HFBackend:
         self.batch_adapters = batch_adapters
         self.contexts = [context_length(model) for model in self.agents]  # each agent's context, or None
         for a, (settings, context) in enumerate(zip(self.agent_settings, self.contexts, strict=True)):
-            check_context(a, settings, context, "its config's max_position_embeddings")
+            check_context(a, settings, context, "the model's config")
         self.shared_base = self._shared_base()  # the PEFT model of LoRA agents that sample together, or None
 
     def generate_all(self, prompts: list[list[str]], num_samples: int, greedy: bool = False) -> list[SampleBatch]:

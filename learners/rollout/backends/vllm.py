@@ -343,7 +343,7 @@ def _context(model_context: int | None, max_model_len: int | None) -> tuple[int 
     """An engine's context (the model's, or `max_model_len` when `vllm_engine_args` lowers it) and its source."""
     if max_model_len is not None and (model_context is None or max_model_len < model_context):
         return max_model_len, "vllm_engine_args' max_model_len"
-    return model_context, "its config's max_position_embeddings"
+    return model_context, "the model's config"
 
 
 def _logprobs_mode(settings: Sequence[GenerationSettings]) -> str:
