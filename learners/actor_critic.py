@@ -196,7 +196,8 @@ class ActorCritic(Learner):
         cfg: ActorCriticConfig = self.args
         seats = dict(count=self.num_seats, seats=self.seats) if per_seat else dict(count=count)
         devices = resolve_devices(cfg.critic_devices, what="critic", default=self.devices, **seats)
-        self.critics = load_critics(sources, devices, self.model_config, hidden_dim, cfg.gradient_checkpointing)
+        self.critics = load_critics(sources, devices, self.model_config, hidden_dim, cfg.gradient_checkpointing,
+                                    self.sharding)  # under FSDP folders load as skeletons (`Sharding.build`)
         self._critic_optimizers()
 
     def _check_critic_vocabulary(self, c: int, agent: int, critic_name: str, reads: str) -> None:
