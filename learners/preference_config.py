@@ -13,11 +13,13 @@ from __future__ import annotations
 
 import dataclasses
 import functools
+import os
 from typing import Any, ClassVar
 
 from learners.actor_critic import IAC, MAAC, IACConfig, MAACConfig
 from learners.loop.config import LearnerConfig, canonicalize
 from learners.loop.learner import Learner
+from learners.models.agents import check_model_source
 from learners.reinforce import MAGRPO, MAGRPOConfig
 from learners.rollout.settings import Number
 
@@ -123,6 +125,23 @@ class MARLHFConfig(LearnerConfig):
         canonicalize(self, "pair_selection", PAIR_SELECTIONS)
         if self.pair_selection == "all" and self.preference_pairs_per_sample is not None:
             raise ValueError("pair_selection='all' keeps every pair: set preference_pairs_per_sample=None.")
+
+    def check_model_sources(self) -> None:
+        """Refuse, before any model loads, a model id or dir field (`reward_model_name`, `critic_model_name`,
+        MARLHFIter's `comparator_model_name` and `comparator_agents`) that is blank, not a string, or a path
+        with no folder behind it; the error names the field and the fix."""
+        agents = getattr(self, "comparator_agents", None)
+        if agents is not None and (isinstance(agents, (str, bytes)) or not isinstance(agents, (list, tuple))):
+            raise TypeError(f"comparator_agents must be a list of model ids or dirs, got {agents!r}; use "
+                            "comparator_model_name= for one.")
+        named = [(name, getattr(self, name, None)) for name in ("reward_model_name", "critic_model_name",
+                                                                "comparator_model_name")]
+        for label, source in named + [(f"comparator_agents[{i}]", s) for i, s in enumerate(agents or [])]:
+            if source is None and not label.startswith("comparator_agents"):
+                continue
+            if source is not None and not isinstance(source, (str, os.PathLike)):
+                raise TypeError(f"{label} must be a model id or dir (a str), got {type(source).__name__}.")
+            check_model_source(source, label)
 
     def _policy_args(self, flat: dict[str, Any]) -> LearnerConfig:
         """The policy learner's config: `policy_args` (or its class's defaults), then the flat backend fields,

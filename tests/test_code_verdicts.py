@@ -27,6 +27,7 @@ from rewards.verdicts import (  # noqa: E402
     outputs_match,
     parse_plain,
     record_tests,
+    run_order,
 )
 
 SINGLE, MULTI = "code/HumanEvalCoop-v2", "code/HumanEvalCoopMultiTurn-v3"
@@ -204,6 +205,23 @@ TESTS = RecordedTests("T/0", "f", "equal", (RecordedCall((1,), {}, 2), RecordedC
 HIDDEN = "The prompt's examples pass, but the hidden tests fail: "
 
 
+def in_run_order(lines: list[str], tag: str = "t", count: int = 3) -> str:
+    """`lines` written with each call's own index (`t 2 =4`: call 2), as the harness writes them: `<tag> <p>`,
+    p the call's position in `run_order(tag, count)`. Other lines stay as they are."""
+    position = {str(i): str(p) for p, i in enumerate(run_order(tag, count))}
+    out = []
+    for line in lines:
+        head, _, rest = line.partition(" ")
+        index, _, text = rest.partition(" ")
+        out.append(f"{head} {position[index]} {text}" if head == tag and index in position and text else line)
+    return "\n".join(out) + "\n"
+
+
+def tag_starting_with(call: int, count: int = 3) -> str:
+    """A tag whose run order calls `call` first."""
+    return next(tag for tag in (f"t{i}" for i in range(1000)) if run_order(tag, count)[0] == call)
+
+
 @pytest.mark.parametrize("lines, ok, passes, says", [
     (["t start", "t 0 =0", "t 1 =2", "t 2 =4", "t end"], True, True, "All tests passed."),
     (["debug", "t start", "x", "t 0 =0", "t 1 =2", "t 2 =4", "t end"], True, True, "All tests passed."),  # other lines
@@ -232,21 +250,28 @@ HIDDEN = "The prompt's examples pass, but the hidden tests fail: "
     (["t start", "t 0 ='\ud800\x00'", "t 1 =2", "t 2 =4", "t end"], True, True, "All tests passed."),
 ])
 def test_judge(lines: list[str], ok: bool, passes: bool, says: str) -> None:
-    verdict = judge(TESTS, run("\n".join(lines) + "\n", ok=ok, returncode=0 if ok else 1), "t")
+    verdict = judge(TESTS, run(in_run_order(lines), ok=ok, returncode=0 if ok else 1), "t")
     assert verdict.passed is passes and says in verdict.feedback, verdict.feedback
     assert "f(1)" not in verdict.feedback and "f(2)" not in verdict.feedback  # hidden inputs are never named
 
 
 def test_judge_reports_a_timeout_on_the_input_that_hung() -> None:
-    verdict = judge(TESTS, run("t start\n", ok=False, returncode=-9, timed_out=True), "t", timeout=5.0)
+    """The call the run stopped on is the first without a result in the run's own order."""
+    tag = tag_starting_with(0)  # the example first
+    verdict = judge(TESTS, run(f"{tag} start\n", ok=False, returncode=-9, timed_out=True), tag, timeout=5.0)
     assert verdict.feedback == "Timed out after 5 s on the prompt's example f(0)." and verdict.failed_call == 0
-    verdict = judge(TESTS, run("t start\nt 0 =0\nt 1 =2\n", ok=False, returncode=-9, timed_out=True), "t", timeout=5.0)
+    tag = tag_starting_with(2)  # a hidden test first: the example never ran, and is not blamed
+    verdict = judge(TESTS, run(f"{tag} start\n", ok=False, returncode=-9, timed_out=True), tag, timeout=5.0)
+    assert verdict.feedback == "The hidden tests fail: timed out after 5 s on a hidden input." and \
+        verdict.failed_call is None
+    ran = in_run_order(["t start", "t 0 =0", "t 1 =2"])  # calls 0 and 1 answered, call 2 hung
+    verdict = judge(TESTS, run(ran, ok=False, returncode=-9, timed_out=True), "t", timeout=5.0)
     assert verdict.feedback == HIDDEN + "timed out after 5 s on a hidden input." and verdict.failed_call is None
 
 
 def test_judge_without_examples_says_only_that_the_hidden_tests_fail() -> None:
     hidden_only = RecordedTests("T/0", "f", "equal", TESTS.calls)
-    verdict = judge(hidden_only, run("t start\nt 0 =2\nt 1 =5\nt end\n"), "t")
+    verdict = judge(hidden_only, run(in_run_order(["t start", "t 0 =2", "t 1 =5", "t end"], count=2)), "t")
     assert verdict.feedback == "The hidden tests fail (the prompt states no example to check): a returned value is wrong."
 
 
@@ -258,7 +283,8 @@ def test_feedback_cuts_a_flood_before_scrubbing_it() -> None:
 
 
 def test_judge_rejects_truncated_output() -> None:
-    verdict = judge(TESTS, run("t start\nt 0 =0\nt 1 =2\nt 2 =4\nt end\n", output_truncated=True), "t")
+    verdict = judge(TESTS, run(in_run_order(["t start", "t 0 =0", "t 1 =2", "t 2 =4", "t end"]),
+                               output_truncated=True), "t")
     assert not verdict.passed
 
 
@@ -268,9 +294,10 @@ def test_harness_alone_sends_back_plain_literals() -> None:
     tag = new_tag()
     result = execute(code + harness("f", calls, tag))
     lines = [line for line in result.stdout.split("\n") if line.startswith(tag)]
-    assert [line[len(tag) + 1:] for line in lines] == [
-        "start", "0 =[1, 0, (1, ), {'a': 1e999}]", "1 =[2, 3, (2, ), {'a': 1e999}]", "2 ?a set is not plain data", "end"
-    ]
+    position = {i: p for p, i in enumerate(run_order(tag, 3))}
+    assert [line[len(tag) + 1:] for line in lines] == ["start", *sorted([
+        f"{position[0]} =[1, 0, (1, ), {{'a': 1e999}}]", f"{position[1]} =[2, 3, (2, ), {{'a': 1e999}}]",
+        f"{position[2]} ?a set is not plain data"]), "end"]
     assert parse_plain("[1, 0, (1, ), {'a': 1e999}]") == [1, 0, (1,), {"a": float("inf")}]
 
 

@@ -15,7 +15,7 @@ import difflib
 import os
 from typing import Any, ClassVar, Iterable
 
-from learners.rollout.backends.vllm_engines import check_vllm_arguments, require_vllm
+from learners.rollout.backends.vllm_engines import check_torchvision, check_vllm_arguments, require_vllm
 from learners.parallel.fsdp import SHARDINGS
 from learners.rollout.settings import (
     SAMPLING_NUMBERS,
@@ -23,6 +23,7 @@ from learners.rollout.settings import (
     Number,
     agent_value,
     check_agent_count,
+    check_generation_kwargs,
     check_numbers,
     check_sampling,
     per_agent_values,
@@ -314,6 +315,7 @@ class LearnerConfig(metaclass=ConfigMeta):
         if "tensorboard" in sinks and self.output_dir is None:
             raise ValueError("report_to='tensorboard' writes into output_dir: set output_dir=...")
         self._check_generation_backend()
+        check_generation_kwargs(self)  # after the backend's check: "vllm" takes none
 
     def _check_generation_backend(self) -> None:
         """The backend's fields; "vllm" fails here, before any model loads, when vLLM is not installed."""
@@ -324,6 +326,7 @@ class LearnerConfig(metaclass=ConfigMeta):
                 raise ValueError('generation_backend="vllm" runs its engines in one process; under torchrun each '
                                  "rank's in-process engine would join torchrun's process group, which is not "
                                  'supported yet. Use one process, or generation_backend="hf".')
+            check_torchvision()  # a broken torchvision fails every model import: say so, with the fix
             require_vllm()
 
     def check_sharding(self) -> None:
