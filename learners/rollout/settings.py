@@ -8,6 +8,10 @@ Every numeric field of a settings dataclass (these and the learner configs) has 
 `NUMBERS` table (`number_rules` merges a class's and its bases'); `check_numbers` applies them at
 construction: a finite number, an int where the field counts something, in range, or None where None
 means "off". A bad value raises naming the field, the value and the fix.
+
+`generation_kwargs` (extra `model.generate` arguments) are checked the same way by `check_generation_kwargs`:
+known names, `GENERATE_NUMBERS` for the numeric ones, then each agent's whole call through
+`GenerationConfig.validate()`.
 """
 
 from __future__ import annotations
@@ -18,9 +22,9 @@ import numbers
 import operator
 from typing import Any, Callable, ClassVar, Iterable
 
-__all__ = ["GENERATE_NUMBERS", "GenerationSettings", "Number", "PER_AGENT_FIELDS", "SAMPLING_NUMBERS", "SETTINGS_PER_AGENT",
-           "agent_value", "check_agent_count", "check_generation_kwargs", "check_numbers", "check_sampling",
-           "number_rules", "per_agent_values"]
+__all__ = ["GENERATE_NUMBERS", "GenerationSettings", "Number", "PER_AGENT_FIELDS", "SAMPLING_NUMBERS",
+           "SETTINGS_PER_AGENT", "agent_value", "check_agent_count", "check_generation_kwargs", "check_numbers",
+           "check_sampling", "number_rules", "per_agent_values"]
 
 
 PER_AGENT_FIELDS = ("max_new_tokens", "temperature", "top_p", "top_k", "use_chat_template", "stop_strings")
@@ -149,8 +153,8 @@ GENERATE_NUMBERS: dict[str, Number] = {
     **{name: Number(low=0, integer=True) for name in ("min_new_tokens", "min_length", "top_k", "no_repeat_ngram_size",
                                                       "encoder_no_repeat_ngram_size")},
     **{name: Number(low=0, high=1) for name in ("top_p", "min_p", "typical_p", "epsilon_cutoff", "eta_cutoff")},
-    **{name: Number(low=0, low_open=True) for name in ("temperature", "repetition_penalty", "encoder_repetition_penalty",
-                                                       "max_time")},
+    **{name: Number(low=0, low_open=True)
+       for name in ("temperature", "repetition_penalty", "encoder_repetition_penalty", "max_time")},
     **{name: Number(low=0) for name in ("diversity_penalty", "penalty_alpha")},
     **{name: Number() for name in ("length_penalty", "guidance_scale")},
 }
