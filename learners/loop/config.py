@@ -15,7 +15,6 @@ import difflib
 import os
 from typing import Any, ClassVar, Iterable
 
-from learners.install_checks import check_torchvision
 from learners.rollout.backends.vllm_engines import check_vllm_arguments, require_vllm
 from learners.parallel.fsdp import SHARDINGS
 from learners.rollout.settings import (
@@ -327,7 +326,6 @@ class LearnerConfig(metaclass=ConfigMeta):
                 raise ValueError('generation_backend="vllm" runs its engines in one process; under torchrun each '
                                  "rank's in-process engine would join torchrun's process group, which is not "
                                  'supported yet. Use one process, or generation_backend="hf".')
-            check_torchvision()  # a torchvision that does not import fails every model import: say so, with the fix
             require_vllm()
 
     def check_sharding(self) -> None:
