@@ -141,7 +141,7 @@ def harness(entry_point: str, calls: Sequence[RecordedCall], tag: str) -> str:
     It writes `<tag> <p> =<literal>` (the return value as a Python literal of plain data),
     `<tag> <p> !<Error>: <message>` (an exception) or `<tag> <p> ?<why>` (not plain data) per call, `p` the
     call's position in the run order, between `<tag> start` and `<tag> end` lines. It contains no expected
-    output. `judge` reads the calls of `RecordedTests.run_calls` (examples, then hidden tests).
+    output. `judge` maps positions back to the calls of `RecordedTests.run_calls` (examples, then hidden tests).
     """
     if not entry_point.isidentifier():
         raise ValueError(f"entry_point must be a Python identifier, got {entry_point!r}.")
