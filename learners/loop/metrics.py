@@ -15,7 +15,7 @@ import torch
 from comlrl_env.info_flow import used_partner_info_rate
 from learners.rollout import Rollout
 
-__all__ = ["MeanMetrics", "completion_rows", "rollout_metrics", "zero_std_fraction"]
+__all__ = ["MeanMetrics", "completion_rows", "prompt_cut_rate", "rollout_metrics", "zero_std_fraction"]
 
 
 class MeanMetrics:
@@ -62,6 +62,9 @@ def rollout_metrics(rollout: Rollout, advantages: torch.Tensor, kl: torch.Tensor
         m[f"train/turn_{t + 1}/reward_mean"] = float(rollout.rewards[:, at].mean())
         m[f"train/turn_{t + 1}/return_mean"] = float(rollout.returns[:, at].mean())
     tokens = sum(int(s.completion_mask.sum()) for s in rollout.samples)
+    cut = prompt_cut_rate(rollout)
+    if cut is not None:  # share of the agents' samples whose prompt was cut from the left to fit
+        m["train/prompt_cut_rate"] = cut
     m["train/invalid_action_rate"] = float(rollout.invalid_actions.sum()) / max(rollout.num_joint_actions * A, 1)
     m["perf/seconds_generate"] = rollout.timings["generate"]
     m["perf/seconds_env"] = rollout.timings["env"]
@@ -72,6 +75,21 @@ def rollout_metrics(rollout: Rollout, advantages: torch.Tensor, kl: torch.Tensor
     if flow is not None:  # share of the rollout's agent-answers that used the partner's private part
         m["train/used_partner_info_rate"] = flow[0]
     return m
+
+
+def prompt_cut_rate(rollout: Rollout) -> float | None:
+    """The share of the rollout's samples (rows where an agent was to move, over all agents) whose prompt the
+    backend cut from the left to fit `max_prompt_length` or the model's context; None when no backend
+    recorded cuts. Example: cuts [[0, 3], [0, 0]], all acting -> 0.25."""
+    if all(s.prompt_cut is None for s in rollout.samples):
+        return None
+    cut, acting = 0, 0
+    for a, samples in enumerate(rollout.samples):
+        rows = torch.ones(len(samples), dtype=torch.bool) if rollout.acted is None else rollout.acted[a]
+        if samples.prompt_cut is not None:
+            cut += int(((samples.prompt_cut > 0) & rows).sum())
+        acting += int(rows.sum())
+    return cut / max(acting, 1)
 
 
 def zero_std_fraction(returns: torch.Tensor, group: torch.Tensor) -> float | None:

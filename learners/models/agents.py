@@ -49,15 +49,21 @@ def load_agents(
     num_agents: int | None = None,
     tokenizer: Any = None,
     model_config: dict[str, Any] | None = None,
+    sharding: Sharding | None = None,
 ) -> tuple[list[PreTrainedModel], list[PreTrainedTokenizerBase]]:
-    """Resolve and load the agents and one tokenizer per agent (validation happens before any load)."""
+    """Resolve and load the agents and one tokenizer per agent (validation happens before any load).
+
+    `sharding`: under FSDP, folders load as skeletons that `Sharding.shard` fills piece by piece
+    (`learners.parallel.loading`)."""
     sources = resolve_sources("agent", agent_model, agents, num_agents)
     tokenizers = resolve_tokenizers(sources, tokenizer)
     model_config = dict(model_config or {})
     check_model_config(model_config)
-    models = [load_causal_lm(s, model_config) for s in sources]
-    for model, tok in zip(models, tokenizers):
+    for tok in tokenizers:
         prepare_tokenizer(tok, model_config.get("special_tokens"))
+    models = [load_causal_lm(s, model_config, sharding=sharding, vocabulary=len(tok))
+              for s, tok in zip(sources, tokenizers)]
+    for model, tok in zip(models, tokenizers):
         _fit_model_to_tokenizer(model, tok)
     return models, tokenizers
 
@@ -227,8 +233,11 @@ def check_model_config(model_config: dict[str, Any]) -> None:
         raise ValueError(f"model_config dtype {dtype!r} is not a torch dtype (e.g. 'float32', 'bfloat16').")
 
 
-def load_causal_lm(source: Any, model_config: dict[str, Any], kwargs_key: str = "model_kwargs") -> PreTrainedModel:
-    """Load a causal LM from an id/dir with `model_config`, or return a loaded model as is."""
+def load_causal_lm(source: Any, model_config: dict[str, Any], kwargs_key: str = "model_kwargs",
+                   sharding: Sharding | None = None, vocabulary: int | None = None) -> PreTrainedModel:
+    """Load a causal LM from an id/dir with `model_config`, or return a loaded model as is. Under FSDP
+    (`sharding`) a folder loads as a skeleton to shard while filling (`Sharding.build`; `vocabulary`: the
+    tokenizer's size), when it can."""
     if not isinstance(source, (str, os.PathLike)):
         if not isinstance(source, torch.nn.Module):
             raise TypeError(f"expected a model id, a local dir or a loaded model, got {type(source).__name__}.")
@@ -239,6 +248,9 @@ def load_causal_lm(source: Any, model_config: dict[str, Any], kwargs_key: str = 
         kwargs.setdefault("dtype", getattr(torch, dtype) if isinstance(dtype, str) and dtype != "auto" else dtype)
     if "attn_implementation" in model_config:
         kwargs.setdefault("attn_implementation", model_config["attn_implementation"])
+    built = sharding.build(source, kwargs, vocabulary) if sharding is not None else None
+    if built is not None:
+        return built
     try:
         with hub_progress_hidden():
             return AutoModelForCausalLM.from_pretrained(os.fspath(source), **kwargs)

@@ -309,9 +309,11 @@ class GenerationSettings:
     use_chat_template: bool | list[bool] = False
     """Render each observation with the tokenizer's chat template."""
     stop_strings: list[str] | list[list[str] | None] | None = None
-    """End a completion at the first of these strings (kept in it); per agent: a list of lists (or None)."""
+    """End a completion at the first of these strings in its own text (kept in it); per agent: a list of lists
+    (or None)."""
     max_prompt_length: int | None = None
-    """Truncate prompts (from the left) to this many tokens."""
+    """Truncate prompts (from the left) to this many tokens; the backends also cut them to the model's context
+    minus `max_new_tokens` (`learners.rollout.backends.hf.prompt_limit`)."""
     generation_kwargs: dict[str, Any] = dataclasses.field(default_factory=dict)
     """Extra `generate` arguments."""
     logprob_temperature: float | list[float] = 1.0
