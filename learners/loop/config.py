@@ -23,6 +23,7 @@ from learners.rollout.settings import (
     Number,
     agent_value,
     check_agent_count,
+    check_generation_kwargs,
     check_numbers,
     check_sampling,
     per_agent_values,
@@ -317,6 +318,7 @@ class LearnerConfig(metaclass=ConfigMeta):
         if "tensorboard" in sinks and self.output_dir is None:
             raise ValueError("report_to='tensorboard' writes into output_dir: set output_dir=...")
         self._check_generation_backend()
+        check_generation_kwargs(self)  # after the backend's check: "vllm" takes none
 
     def _check_generation_backend(self) -> None:
         """The backend's fields; "vllm" fails here, before any model loads, when vLLM is not installed."""

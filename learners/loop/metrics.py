@@ -119,14 +119,37 @@ NO_SIGNAL_ROLLOUTS = 5
 """Rollouts in a row without any reward spread in a group before `learn()` warns that nothing is learned."""
 
 
+INVALID_EXPLAINS = 0.5
+"""From this `train/invalid_action_rate` on, the no-signal warning names invalid answers as the cause."""
+
+
 def warn_if_no_signal(metrics: Mapping[str, float], flat_rollouts: int) -> int:
     """Count the rollouts in a row in which every group's samples scored the same (`train/frac_reward_zero_std`
-    = 1: all group-relative advantages 0, nothing learned), warn once at `NO_SIGNAL_ROLLOUTS`; return the count."""
+    = 1: all group-relative advantages 0, nothing learned), warn once at `NO_SIGNAL_ROLLOUTS`; return the count.
+
+    When at least `INVALID_EXPLAINS` of that rollout's actions were invalid, the warning says so: every such
+    answer gets the task's invalid outcome (a game's forfeit), so the returns are equal because the answers
+    are unreadable, not because the reward is sparse; it then names the settings that make answers valid
+    (`numbered_actions=True`) and those that price an invalid one (`invalid_action`)."""
     flat_rollouts = flat_rollouts + 1 if metrics.get("train/frac_reward_zero_std") == 1.0 else 0
-    if flat_rollouts == NO_SIGNAL_ROLLOUTS:
-        warnings.warn(
-            f"for {NO_SIGNAL_ROLLOUTS} rollouts in a row every group's samples got the same return, so the "
+    if flat_rollouts != NO_SIGNAL_ROLLOUTS:
+        return flat_rollouts
+    same = (f"for {NO_SIGNAL_ROLLOUTS} rollouts in a row every group's samples got the same return, so the "
             "reward told no answer from another (group-relative advantages were all 0; metric "
-            "train/frac_reward_zero_std = 1). A sparse reward the agents never reach gives no signal: use a "
-            "denser reward, more num_generations, or a higher temperature.", stacklevel=3)
+            "train/frac_reward_zero_std = 1).")
+    invalid = metrics.get("train/invalid_action_rate", 0.0)
+    if invalid >= INVALID_EXPLAINS:
+        warnings.warn(
+            f"{same} train/invalid_action_rate = {invalid:.2f}: {invalid:.0%} of the answers were invalid actions, "
+            "and every invalid answer gets the same outcome (a forfeit, for an OpenSpiel game's default "
+            "invalid_action='forfeit'), which is why the returns do not differ. Make valid answers easier: "
+            "comlrl_env.make(<game id>, numbered_actions=True) lets a legal action's number answer, and "
+            "use_chat_template or a larger max_new_tokens may help the model follow the answer format. The env's "
+            "invalid_action settings decide what an invalid answer costs: invalid_action='random' (with "
+            "invalid_action_penalty) plays a random legal move for it and subtracts the penalty, so the episode "
+            "goes on.", stacklevel=3)
+    else:
+        warnings.warn(
+            f"{same} A sparse reward the agents never reach gives no signal: use a denser reward, more "
+            "num_generations, or a higher temperature.", stacklevel=3)
     return flat_rollouts
