@@ -92,7 +92,7 @@ def skeleton(source: Any, kwargs: dict[str, Any], vocabulary: int | None = None)
     if names - stored:  # renamed or missing keys: from_pretrained knows the model's conversions
         return None
     model.eval()
-    model.config._name_or_path = model.name_or_path = os.fspath(source)
+    model.config.name_or_path = model.name_or_path = os.fspath(source)
     with contextlib.suppress(OSError):
         model.generation_config = GenerationConfig.from_pretrained(folder)
     return model, files
@@ -101,18 +101,19 @@ def skeleton(source: Any, kwargs: dict[str, Any], vocabulary: int | None = None)
 def allocate(model: nn.Module, device: torch.device) -> None:
     """Storage on `device` for every parameter of `model` still on meta, once per tensor, so tied weights stay
     tied; real tensors (buffers, heads) stay as they are. A model sharded by FSDP goes through `_apply` (FSDP
-    swaps the storage in, keeping each parameter object); a whole one gets new parameters, shared as before."""
+    swaps the storage in, keeping each parameter object; `to_empty` would reallocate the real tensors too and
+    measured a higher start-up peak); a whole one gets new parameters, shared as before."""
     if isinstance(model, FSDPModule):
         model._apply(lambda t: torch.empty_like(t, device=device) if t.device.type == "meta" else t)
         return
-    made: dict[int, tuple[nn.Parameter, nn.Parameter]] = {}
+    made: dict[int, tuple[nn.Parameter, nn.Parameter]] = {}  # keeps the meta parameter alive: ids stay unique
     for module in model.modules():
-        for name, param in list(module._parameters.items()):
-            if param is not None and param.device.type == "meta":
+        for name, param in list(module.named_parameters(recurse=False, remove_duplicate=False)):
+            if param.device.type == "meta":
                 if id(param) not in made:
                     made[id(param)] = (param, nn.Parameter(torch.empty_like(param, device=device),
                                                            requires_grad=param.requires_grad))
-                module._parameters[name] = made[id(param)][1]
+                module.register_parameter(name, made[id(param)][1])
 
 
 def fill(model: nn.Module, files: list[str], names: set[str], rank: int, world_size: int) -> None:
@@ -133,7 +134,7 @@ def fill(model: nn.Module, files: list[str], names: set[str], rank: int, world_s
                     first = 0 if local.shape == param.shape else min(rank * -(-rows // world_size), rows)
                     _read_rows(f, start_of_data, entry, first, local)
     if params:
-        raise ValueError(f"the weight files of {model.config._name_or_path!r} lack {sorted(params)[:3]}")
+        raise ValueError(f"the weight files of {model.config.name_or_path!r} lack {sorted(params)[:3]}")
 
 
 _DTYPES = {"F64": torch.float64, "F32": torch.float32, "F16": torch.float16, "BF16": torch.bfloat16,
