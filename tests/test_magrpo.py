@@ -327,7 +327,8 @@ def test_evaluate_with_hooks_and_greedy_determinism(tiny_dir):
     a = learner.evaluate(num_eval_samples=3, greedy=True)
     b = learner.evaluate(num_eval_samples=3, greedy=True)
     assert a == b and "eval/chars_mean" in a and "eval/turn_1/reward_mean" in a
-    assert seen["shape"] == (2, 3, 1) and seen["items"][0] == {"prompt": "Question 0:"}
+    assert seen["shape"] == (2, 3, 1)  # the 3 instances, in the evaluation's seeded shuffle
+    assert sorted(item["prompt"] for item in seen["items"]) == ["Question 0:", "Question 1:", "Question 2:"]
     assert learner.evaluate(num_eval_samples=0) == {}
 
 
@@ -423,3 +424,30 @@ def test_global_grouping_compares_every_sample_of_the_rollout(tiny_dir, monkeypa
             assert seen["group"].tolist() == [0, 0, 0, 0]
             expected = R - R.mean(1, keepdim=True)
         assert torch.allclose(seen["advantages"], expected)
+
+
+def test_evaluation_draws_a_seeded_shuffle_of_instances_the_same_at_every_evaluation(tiny_dir, monkeypatch):
+    import learners.loop.evaluation as evaluation
+
+    played: list[list[int]] = []
+
+    def recording(env, batch):
+        played[-1] += [index for _, index in batch]
+        return reset_roots(env, batch)
+
+    monkeypatch.setattr(evaluation, "reset_roots", recording)
+
+    def eval_instances(seed: int) -> list[int]:
+        learner = MAGRPO(env="coop/SecretPair-v1", agent_model=tiny_dir, num_agents=2, args=MAGRPOConfig(
+            num_train_epochs=1, max_new_tokens=2, eval_num_samples=8, eval_batch_size=4, eval_interval=0,
+            verbose=False, seed=seed))
+        played.append([])
+        metrics = learner.evaluate()
+        assert metrics["eval/used_partner_info_chance"] == pytest.approx(1 / 12)  # beside the rate it qualifies
+        return played[-1]
+
+    first = eval_instances(seed=0)
+    # SecretPair's instances 0..11 all hold "red": evaluating on the first 8 would favour a team that says red
+    assert first != list(range(8)) and len(set(first)) == 8
+    assert eval_instances(seed=0) == first  # reproducible for a seed: every evaluation of a run plays the same
+    assert eval_instances(seed=1) != first

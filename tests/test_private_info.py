@@ -1,9 +1,10 @@
-"""coop/SecretPair-v0 and coop/SharedPick-v0: hand-scored answers, the three views, the info-flow fields, and a
+"""coop/SecretPair-v1 and coop/SharedPick-v1: hand-scored answers, the three views, the info-flow fields, and a
 tiny model playing a team episode (its message reaches the partner; both answers count)."""
 
 from __future__ import annotations
 
 import itertools
+from collections import Counter
 
 import pytest
 
@@ -15,7 +16,7 @@ from comlrl_env.tasks.private_info import ANIMALS, COLOURS, VIEWS, credit
 from comlrl_env.testing import check_env, check_task
 from learners.models.policy import AgentPolicy
 
-IDS = ["coop/SecretPair-v0", "coop/SharedPick-v0"]
+IDS = ["coop/SecretPair-v1", "coop/SharedPick-v1"]
 
 
 def answer_step(env_id: str, task_index: int, first: str, second: str, messages=("hi", "hello")):
@@ -54,7 +55,7 @@ SECRET_PAIR = [
 
 @pytest.mark.parametrize("first, second, expected, flagged", SECRET_PAIR)
 def test_secret_pair_answers(first, second, expected, flagged):
-    _, (_, rewards, terminations, _, infos) = answer_step("coop/SecretPair-v0", 0, first, second)
+    _, (_, rewards, terminations, _, infos) = answer_step("coop/SecretPair-v1", 0, first, second)
     assert rewards == {"agent_0": pytest.approx(expected), "agent_1": pytest.approx(expected)}
     assert all(terminations.values())
     assert {a for a in infos if "invalid_action" in infos[a]} == flagged
@@ -85,7 +86,7 @@ SHARED_PICK = [
 
 @pytest.mark.parametrize("first, second, expected, flagged", SHARED_PICK)
 def test_shared_pick_answers(first, second, expected, flagged):
-    env, (_, rewards, _, _, infos) = answer_step("coop/SharedPick-v0", 4, first, second)
+    env, (_, rewards, _, _, infos) = answer_step("coop/SharedPick-v1", 4, first, second)
     assert env.task["target"] == "ring" and env.task["parts"] == ("blue", "medium")
     assert rewards == {"agent_0": pytest.approx(expected), "agent_1": pytest.approx(expected)}
     assert {a for a in infos if "invalid_action" in infos[a]} == flagged
@@ -119,40 +120,68 @@ def test_credit_is_monotone_in_the_parts_it_gets_right():
 
 
 @pytest.mark.parametrize("env_id", IDS)
-def test_views_share_instances_and_the_own_view_alternates_parts(env_id):
+def test_views_share_instances_and_the_own_view_shows_each_part_of_each(env_id):
     team, full, own = (make(env_id, view=v) for v in VIEWS)
     assert (len(team.possible_agents), team.num_turns) == (2, 2)
     assert all((len(e.possible_agents), e.num_turns) == (1, 1) for e in (full, own))
-    assert team.num_tasks == full.num_tasks == own.num_tasks
-    shown = []
+    assert team.num_tasks == full.num_tasks and own.num_tasks == 2 * team.num_tasks
     for index in range(team.num_tasks):
         first, _ = team.reset(options={"task_index": index})
         whole = full.reset(options={"task_index": index})[0]["agent_0"]
-        half = own.reset(options={"task_index": index})[0]["agent_0"]
-        assert team.task["parts"] == full.task["parts"] == own.task["parts"]
+        assert team.task["parts"] == full.task["parts"] and team.task["index"] == full.task["index"] == index
         # the full view is shown what both team members are, the own view what one of them is
         said = [team.known(0), team.known(1)]
         assert said[0] in first["agent_0"] and said[1] not in first["agent_0"]
         assert said[1] in first["agent_1"] and said[0] not in first["agent_1"]
         assert said[0] in whole and said[1] in whole
-        holder = own.task["own_part"]
-        assert holder == index % 2 and own.held_parts("agent_0") == (holder,)
-        assert said[holder] in half and said[1 - holder] not in half and "is hidden from you" in half
-        shown.append(holder)
-    assert shown.count(0) == shown.count(1)  # both parts, equally
+        for holder in (0, 1):  # own index 2i + p: instance i, part p shown
+            half = own.reset(options={"task_index": 2 * index + holder})[0]["agent_0"]
+            assert own.task["parts"] == team.task["parts"] and own.task["index"] == index
+            assert own.task["own_part"] == holder and own.held_parts("agent_0") == (holder,)
+            assert said[holder] in half and said[1 - holder] not in half and "is hidden from you" in half
     again, _ = make(env_id, view="own").reset(options={"task_index": 7})
     assert again == own.reset(options={"task_index": 7})[0]  # deterministic
 
 
+def best_guess_rate(env_id: str) -> float:
+    """The own view's reward for the best guess any lone agent can make from its prompt.
+
+    By enumeration over every own-view instance: the instances are grouped by their prompt (all a policy sees);
+    in each group the policy answers with the group's most frequent hidden value (a parity guess is one such
+    policy, and no policy does better). It is played through the env over all instances, so the rate is exact.
+    """
+    own = make(env_id, view="own")
+    groups: dict[str, Counter] = {}
+    answers: dict[tuple[str, str], str] = {}
+    for index in range(own.num_tasks):
+        prompt = own.reset(options={"task_index": index})[0]["agent_0"]
+        hidden = own.task["parts"][1 - own.task["own_part"]]
+        groups.setdefault(prompt, Counter())[hidden] += 1
+        answers[prompt, hidden] = own.canonical_actions()["agent_0"]  # shown part right, this hidden value
+    guess = {prompt: answers[prompt, counts.most_common(1)[0][0]] for prompt, counts in groups.items()}
+    metrics = evaluate_policy(own, lambda obs, envs: [{"agent_0": guess[o["agent_0"]]} for o in obs],
+                              episodes=own.num_tasks)
+    assert metrics["tasks"] == own.num_tasks  # every instance once
+    return metrics["reward_mean"]
+
+
+@pytest.mark.parametrize("env_id, chance", [("coop/SecretPair-v1", 1 / 12), ("coop/SharedPick-v1", 1 / 3)])
+def test_the_own_views_prompt_tells_nothing_about_the_hidden_part(env_id, chance):
+    # v0 showed part index % 2: a parity guess earned 0.125 on SecretPair and 0.667 on SharedPick
+    assert best_guess_rate(env_id) == pytest.approx(chance, abs=1e-12)  # the best guess is a uniform one's
+    assert make(env_id, view="own").metadata["partner_info_chance"] == chance
+
+
 def test_lone_views_are_scored_like_a_team_member_shown_the_same_parts():
-    own = make("coop/SecretPair-v0", view="own")
-    own.reset(options={"task_index": 0})  # red cat; shown part 0 (red)
+    own = make("coop/SecretPair-v1", view="own")
+    own.reset(options={"task_index": 0})  # instance 0, red cat; shown part 0 (red)
     for answer, expected in [("red", 0.0), ("cat", 0.5), ("red cat", 1.0), ("red dog", 0.0), ("", 0.0)]:
         twin = own.clone()
         assert twin.step({"agent_0": answer})[1] == {"agent_0": expected}, answer
-    own.reset(options={"task_index": 1})  # red dog; shown part 1 (dog)
+    own.reset(options={"task_index": 3})  # instance 1, red dog; shown part 1 (dog)
+    assert own.task["parts"] == ("red", "dog") and own.held_parts("agent_0") == (1,)
     assert own.step({"agent_0": "red"})[1] == {"agent_0": 0.5}
-    full = make("coop/SecretPair-v0", view="full")
+    full = make("coop/SecretPair-v1", view="full")
     full.reset(options={"task_index": 0})
     for answer, expected in [("red", 0.0), ("cat", 0.0), ("red cat", 1.0)]:  # nothing is hidden from it
         assert full.clone().step({"agent_0": answer})[1] == {"agent_0": expected}, answer
@@ -170,7 +199,7 @@ def test_bad_views_and_fixed_settings_are_refused(env_id):
 
 
 def test_infos_at_the_answer_step_say_what_was_sent_and_whether_the_partner_part_was_used():
-    env = make("coop/SecretPair-v0")
+    env = make("coop/SecretPair-v1")
     env.reset(options={"task_index": 0})  # red cat
     long = "My colour is red. " + "x" * 300
     _, _, _, _, infos = env.step({"agent_0": long, "agent_1": "cat"})
@@ -183,14 +212,14 @@ def test_infos_at_the_answer_step_say_what_was_sent_and_whether_the_partner_part
         _, _, _, _, infos = env.clone().step({"agent_0": first, "agent_1": second})
         assert infos["agent_0"]["message_sent"] == long[:200] and infos["agent_1"]["message_sent"] == "cat"
         assert (infos["agent_0"]["used_partner_info"], infos["agent_1"]["used_partner_info"]) == (used_0, used_1)
-    pick = make("coop/SharedPick-v0")
+    pick = make("coop/SharedPick-v1")
     pick.reset(options={"task_index": 4})  # the ring, blue and medium
     pick.step({"agent_0": "", "agent_1": "medium"})
     _, _, _, _, infos = pick.step({"agent_0": "pen", "agent_1": "jar ring"})  # pen is medium; two names
     assert infos["agent_0"]["used_partner_info"] is True and infos["agent_1"]["used_partner_info"] is False
     assert infos["agent_0"]["message_sent"] == ""
     for view in ("full", "own"):
-        lone = make("coop/SharedPick-v0", view=view)
+        lone = make("coop/SharedPick-v1", view=view)
         lone.reset(options={"task_index": 4})
         info = lone.step({"agent_0": "ring"})[4]["agent_0"]
         assert "used_partner_info" not in info and "message_sent" not in info
@@ -198,7 +227,7 @@ def test_infos_at_the_answer_step_say_what_was_sent_and_whether_the_partner_part
 
 def test_a_tiny_model_team_its_message_reaches_the_partner_and_both_answers_count(tiny_dir):
     team = AgentPolicy([tiny_dir], seed=0, max_new_tokens=8, temperature=1.0, top_p=1.0)
-    envs = [make("coop/SecretPair-v0") for _ in range(4)]
+    envs = [make("coop/SecretPair-v1") for _ in range(4)]
     observations = [env.reset(seed=i, options={"task_index": 12 * i + 3})[0] for i, env in enumerate(envs)]
     messages = team(observations, envs)
     assert any(m["agent_0"].strip() for m in messages)
@@ -219,7 +248,7 @@ def test_a_tiny_model_team_its_message_reaches_the_partner_and_both_answers_coun
             joint[label] = rewards["agent_0"]
         # random text earns nothing; each right answer adds its half of the team's reward
         assert joint == {"model": 0.0, "agent_0 right": 0.5, "agent_1 right": 0.5, "both right": 1.0}
-    metrics = evaluate_policy("coop/SharedPick-v0", team, episodes=2)
+    metrics = evaluate_policy("coop/SharedPick-v1", team, episodes=2)
     assert metrics["reward_mean"] == 0.0 and metrics["episodes"] == 2.0
 
 
@@ -239,10 +268,10 @@ def test_check_env_and_check_task_on_every_view(env_id, view):
 def test_select_tasks_and_seeded_resets(env_id, view):
     env = make(env_id, view=view).select_tasks(range(40, 60))
     assert env.num_tasks == 20
-    env.reset(options={"task_index": 3})
-    assert env.task["index"] == 43 and (view != "own" or env.held_parts("agent_0") == (1,))
+    env.reset(options={"task_index": 3})  # index 43 of the view's set: the own view's is instance 21, part 1
+    assert env.task["index"] == (21 if view == "own" else 43) and (view != "own" or env.held_parts("agent_0") == (1,))
     first, _ = env.reset(seed=5)
-    assert 40 <= env.task["index"] < 60
+    assert (20 <= env.task["index"] < 30) if view == "own" else (40 <= env.task["index"] < 60)
     assert make(env_id, view=view).select_tasks(range(40, 60)).reset(seed=5)[0] == first
 
 

@@ -1,12 +1,14 @@
 """`make results-coop` (`benchmarks/results_coop.py`) at toy sizes on the tiny fixture model: every stage runs
-(one work unit in a subprocess, as `--jobs` does), every row is written with an equal budget of sampled
-completions, and a second invocation reuses every stage; plus the split and the statistics by hand."""
+(one work unit in a subprocess, as `--jobs` does) and writes its own unit file, every row has an equal budget
+of sampled completions, a rerun runs only the units whose file is missing, and the docs are rebuilt from the
+unit files alone; plus the split and the statistics by hand."""
 
 from __future__ import annotations
 
 import json
 import math
 import os
+import shutil
 import subprocess
 import sys
 from pathlib import Path
@@ -28,13 +30,16 @@ def run(tiny_dir: str, out: Path, *extra: str) -> subprocess.CompletedProcess:
                           capture_output=True, text=True, cwd=ROOT, env=env, timeout=900)
 
 
-def test_smoke_run_writes_every_row_and_resumes(tiny_dir, tmp_path):
+def test_smoke_run_writes_one_file_per_unit_resumes_and_rebuilds_the_docs_from_the_units(tiny_dir, tmp_path):
     out = tmp_path / "r-smoke"
+    units = out / "units"  # --smoke keeps the units out of the repo
     part = run(tiny_dir, tmp_path / "r", "--seeds", "0", "--jobs", "2", "--only", "secretpair/seed0/team-base",
                "secretpair/seed0/alone-own-base")  # one work unit: a subprocess
     assert part.returncode == 0, part.stdout[-2000:] + part.stderr[-4000:]
     assert "process of 2 stage(s) exited 0" in part.stdout
     assert (out / "logs" / "secretpair__seed0__team-base.log").is_file()
+    assert sorted(p.relative_to(units).as_posix() for p in units.rglob("*.json")) == [
+        "secretpair/seed0/alone-own-base.json", "secretpair/seed0/team-base.json"]
     proc = run(tiny_dir, tmp_path / "r", "--seeds", "0", "1", "--only", "secretpair", "seed0")
     assert proc.returncode == 0, proc.stdout[-2000:] + proc.stderr[-4000:]
     assert "2 of 24 stages done before" in proc.stdout  # both seeds of one task, one seed of the other
@@ -44,30 +49,49 @@ def test_smoke_run_writes_every_row_and_resumes(tiny_dir, tmp_path):
                                                       for c in results_coop.CONDITIONS]
     for r in rows:
         seeds = [0, 1] if r["task"] == "secretpair" else [0]
-        assert r["seeds"] == seeds and r["sampled"]["episodes"] == r["greedy"]["episodes"] == 8 * len(seeds)
+        per_seed = 16 if r["view"] == "own" else 8  # the own-part agent: each instance with each part shown
+        assert r["seeds"] == seeds and r["sampled"]["episodes"] == r["greedy"]["episodes"] == per_seed * len(seeds)
         assert (r["sampled"]["ci95_seeds"] is None) == (len(seeds) == 1)  # a t-interval needs 2 seeds
         assert r["completions"] == (None if r["learner"] is None else 64)  # equal budget: team and lone alike
+        assert (r["used_partner_info_chance"] is None) == (r["view"] != "team")
     assert {(c["a"], c["b"]) for c in data["comparisons"]} == set(coop_report.COMPARISONS)
-    evals = sorted((out / "evals").glob("*.json"))
-    assert len(evals) == 24
-    for path in evals:
+    unit_files = sorted(units.rglob("*.json"))
+    assert len(unit_files) == 24
+    for path in unit_files:
         e = json.loads(path.read_text())
-        assert len(e["examples"]) == results_coop.EXAMPLES
+        assert path.relative_to(units).as_posix() == f"{e['task']}/seed{e['seed']}/{e['name']}.json"
+        assert len(e["examples"]) == results_coop.EXAMPLES and e["settings"]["budget"] == 64
         assert len(e["examples"][0]["turns"]) == (2 if e["view"] == "team" else 1)
         assert set(e["examples"][0]["turns"][0]) == ({"agent_0", "agent_1"} if e["view"] == "team" else {"agent_0"})
+        assert (e["curve"] is None) == (e["learner"] is None) and e["seconds_train"] >= 0
+        assert path.stat().st_size < 100_000  # small JSON, no weights
     md = (out / "results.md").read_text()
     assert "| secretpair | team-maac-lora |" in md and "| sharedpick | alone-own-base |" in md
     assert "team-maac-lora − team-iac-lora" in md
     assert (out / "curves.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
     trained = sorted((out / "runs").glob("*/*/*/final/done.json"))
     assert len(trained) == 3 * 5 and not list((out / "runs").glob("*/*/*/checkpoints"))
-    stages = evals + trained
-    written = [p.stat().st_mtime_ns for p in stages]
+    # a killed unit: only its file is missing, so only it runs again
+    lost = units / "sharedpick" / "seed0" / "team-base.json"
+    lost.unlink()
+    written = {p: p.stat().st_mtime_ns for p in unit_files if p != lost}
     again = run(tiny_dir, tmp_path / "r", "--seeds", "0", "1", "--only", "secretpair", "seed0")
     assert again.returncode == 0, again.stderr[-4000:]
-    assert "24 of 24 stages done before; running 0" in again.stdout
-    assert [p.stat().st_mtime_ns for p in stages] == written  # every stage reused, nothing redone
-    assert json.loads((out / "results.json").read_text())["rows"] == rows
+    assert "23 of 24 stages done before; running 1" in again.stdout and lost.is_file()
+    assert {p: p.stat().st_mtime_ns for p in written} == written  # every other unit reused, nothing redone
+    # the docs come from the unit files alone: without the weights, runs and report, on a page of their own
+    for gone in ("runs", "logs", "results.json", "results.md", "curves.png"):
+        shutil.rmtree(out / gone) if (out / gone).is_dir() else (out / gone).unlink()
+    page = tmp_path / "docs" / "results.md"
+    page.parent.mkdir()
+    page.write_text("# Results\n\nhand-written\n")
+    assert results_coop.main(["--docs-only", "--docs", "--units", str(units), "--out", str(tmp_path / "rebuilt"),
+                              "--docs-page", str(page)]) == 0
+    text = page.read_text()
+    assert text.startswith("# Results\n\nhand-written\n") and "<!-- results-coop:begin -->" in text
+    assert "seeds 0 / 1;" in text and "sampled 64 completions" in text and (page.parent / "img" / "results-coop.png").is_file()
+    assert (tmp_path / "rebuilt" / "results.md").read_text() in text
+    assert json.loads((tmp_path / "rebuilt" / "results.json").read_text())["rows"] == rows
 
 
 @pytest.mark.parametrize("task", list(results_coop.TASKS))
@@ -75,7 +99,11 @@ def test_held_out_instances_are_the_same_in_every_view_and_never_trained_on(task
     held_out = {v: results_coop.task_env(task, v, "held_out") for v in ("team", "full", "own")}
     train = results_coop.task_env(task, "team", "train")
     assert held_out["team"].num_tasks == results.EVAL_EPISODES
-    assert held_out["team"].task_subset == held_out["full"].task_subset == held_out["own"].task_subset
+    assert held_out["team"].task_subset == held_out["full"].task_subset
+    # the own view's set has each instance once per shown part: own indices 2h, 2h + 1 are instance h
+    assert held_out["own"].task_subset == tuple(2 * h + p for h in held_out["team"].task_subset for p in (0, 1))
+    own_train = results_coop.task_env(task, "own", "train")
+    assert {i // 2 for i in own_train.task_subset} == set(train.task_subset)
     assert not set(train.task_subset) & set(held_out["team"].task_subset)
     assert len(train.task_subset) + results.EVAL_EPISODES == train.metadata["num_tasks"]
     assert [len(e.possible_agents) for e in held_out.values()] == [2, 1, 1]

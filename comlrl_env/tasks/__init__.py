@@ -33,8 +33,8 @@ register("code/HumanEvalCoop-v2", entry_point=HumanEvalCoop)
 register("code/HumanEvalCoopMultiTurn-v3", entry_point=HumanEvalCoopMultiTurn)
 register("writing/DocSummary-v1", entry_point=DocSummary)
 register("writing/DocSummaryGeneralSum-v1", entry_point=DocSummaryGeneralSum)
-register("coop/SecretPair-v0", entry_point=SecretPair)  # view="team" | "full" | "own"
-register("coop/SharedPick-v0", entry_point=SharedPick)
+register("coop/SecretPair-v1", entry_point=SecretPair)  # view="team" | "full" | "own"
+register("coop/SharedPick-v1", entry_point=SharedPick)
 
 # OpenSpiel games (comlrl_env/openspiel.py; needs `pip install 'comlrl-env[games]'`, imported on first use).
 # Any `openspiel/<game>-v0` resolves on demand; the `games` suite's ids are registered with small defaults.

@@ -1,4 +1,4 @@
-"""coop/SecretPair-v0 and coop/SharedPick-v0: private-information tasks a team solves only by talking.
+"""coop/SecretPair-v1 and coop/SharedPick-v1: private-information tasks a team solves only by talking.
 
 Each agent sees a different part of what the answer needs (part 0 and part 1 of the instance). A team
 episode has two turns: a **message** turn, in which each agent sends its partner a short text, then an
@@ -6,12 +6,15 @@ episode has two turns: a **message** turn, in which each agent sends its partner
 Neither part alone pins the answer down, so a team beats an agent that knows only its own part only by
 passing what it holds.
 
-Views (`make(id, view=...)`), on the same task instances (`num_tasks`, `task_index`):
+Views (`make(id, view=...)`), on the same task instances:
 
 - `"team"` (default): `agent_0` holds part 0, `agent_1` part 1; 2 turns (message, answer).
 - `"full"`: one agent (`solver`) is shown both parts; 1 turn (answer only).
-- `"own"`: one agent (`half-informed solver`) is shown part `task_index % 2` of the full task set (after
-  `select_tasks` too), so over any run of consecutive instances half show each part; 1 turn.
+- `"own"`: one agent (`half-informed solver`) is shown one part; 1 turn. Its task set is every (instance,
+  shown part): own index `2 * i + p` is instance `i` with part `p` shown, so `num_tasks` is twice the team's,
+  `task["index"]` is the instance `i` and `task["own_part"]` is `p`. Which part is shown is thus independent
+  of the instance: the prompt tells nothing about the hidden part (v0 showed part `i % 2`, which leaked the
+  hidden part's parity). The instances `H` of a team split are the own indices `2h, 2h + 1` for h in H.
 
 Reward (cooperative, every agent gets it; in [0, 1]): 0.0 on the message turn; on the answer turn the mean
 over agents of each answer's credit. The credit pays only for what the answerer was not shown: 1.0 when the
@@ -26,11 +29,14 @@ letters: punctuation, brackets and prose around them do not matter.
 Information flow, in `infos[agent]` at the answer step of the `team` view: `"message_sent"` (the agent's
 message-turn text, clipped to 200 characters: exactly what its partner's answer prompt quotes) and
 `"used_partner_info"` (True when the agent's answer gets the partner's part right). The lone views set
-neither.
+neither. `metadata["partner_info_chance"]` is the rate of `used_partner_info` that an answer reaches without
+its partner's message: given its own part (and the catalogue), the partner's part is uniform over
+`1 / chance` candidates across the instances, so any message-free play, over all instances, gets it right at
+exactly this rate (1/12 on SecretPair, 1/3 on SharedPick).
 
 Termination: after the answer turn (turn 2 of `team`, turn 1 of `full` and `own`).
 
-## coop/SecretPair-v0
+## coop/SecretPair-v1
 
 `agent_0` holds a secret colour, `agent_1` a secret animal (12 each: `COLOURS`, `ANIMALS`); the answer is the
 pair, e.g. `red cat`. 144 instances: `task_index = 12 * i + j` is colour `i` and animal `j`. An answer is read
@@ -45,7 +51,7 @@ Observations of the `team` view (agent_0; agent_1's swap colour and animal):
     Your partner's message: "<what agent_1 sent>"
     Name the secret colour and the secret animal. Answer with two words, like: <colour> <animal>
 
-## coop/SharedPick-v0
+## coop/SharedPick-v1
 
 Both agents see a catalogue of 9 items, every combination of 3 sizes (`SIZES`) and 3 of 8 colours, each
 with its own name (9 of the 16 `ITEMS`), e.g. `small red box`. `agent_0` knows the target's colour,
@@ -66,7 +72,10 @@ Observations of the `team` view (agent_0; agent_1 knows the size and is told its
     Your partner's message: "<what agent_1 sent>"
     Which item is the target? Answer with its name, like: <item>
 
-Versions: v0 (both tasks), the first.
+Versions: v1 (both tasks): the `own` view has one instance per (instance, shown part). v0: the first; its
+`own` view showed part `task_index % 2`, which told a lone agent the parity of the index (SecretPair: the
+hidden animal's; SharedPick, with the catalogue, the target's), so a parity guess earned 0.125 and 0.667
+there against the chance levels 1/12 and 1/3. The `team` and `full` views are unchanged.
 """
 
 from __future__ import annotations
@@ -108,7 +117,7 @@ def named(text: str, vocabulary: tuple[str, ...]) -> list[str]:
 class _PrivateInfoTask(TextParallelEnv):
     """Shared turn structure and scoring of the private-information tasks (see the module docstring).
 
-    A subclass writes `load_task` (with "index", "own_part" and whatever its texts need), `known(part)`,
+    A subclass writes `instance(i)` (the dict its texts need, with "parts"), `known(part)`,
     `hidden(part, partner)`, `context()`, `question`, `message_hint(part)`, `read(text)` and `answer_text()`.
     """
 
@@ -128,7 +137,8 @@ class _PrivateInfoTask(TextParallelEnv):
         roles = list(self.role_names) if team else ["solver" if view == "full" else "half-informed solver"]
         super().__init__(num_agents=len(roles), num_turns=2 if team else 1, roles=roles, **kwargs)
         self.view = view
-        self.metadata = {**type(self).metadata, "view": view}
+        instances = type(self).metadata["num_tasks"]
+        self.metadata = {**type(self).metadata, "view": view, "num_tasks": instances * (2 if view == "own" else 1)}
 
     # ----- who is shown what ----------------------------------------------------
 
@@ -148,8 +158,12 @@ class _PrivateInfoTask(TextParallelEnv):
 
     # ----- TextParallelEnv ------------------------------------------------------
 
-    def draw_index(self, task_index: int | None) -> int:
-        return int(self.np_random.integers(self.metadata["num_tasks"])) if task_index is None else task_index
+    def load_task(self, task_index: int | None) -> dict:
+        """Instance `task_index` (a seeded draw when None) of this view's task set: `instance(i)` plus its
+        `"index"` i and the `"own_part"` the `own` view shows (own index `2 * i + p`; 0 in the other views)."""
+        index = int(self.np_random.integers(self.metadata["num_tasks"])) if task_index is None else task_index
+        instance, own_part = divmod(index, 2) if self.view == "own" else (index, 0)
+        return {**self.instance(instance), "index": instance, "own_part": own_part}
 
     def prompts(self) -> dict[AgentID, str]:
         context = self.context()
@@ -197,6 +211,10 @@ class _PrivateInfoTask(TextParallelEnv):
         return ""
 
     @abc.abstractmethod
+    def instance(self, index: int) -> dict:
+        """Task instance `index` of the team's set: a dict with "parts" (part 0, part 1) and what texts need."""
+
+    @abc.abstractmethod
     def known(self, part: int) -> str:
         """The sentence that shows `part` to the agent holding it."""
 
@@ -231,16 +249,15 @@ def credit(right: set[int], held: tuple[int, ...]) -> float:
 class SecretPair(_PrivateInfoTask):
     """agent_0 holds a colour, agent_1 an animal; each answers with the pair (see the module docstring)."""
 
-    metadata = {**TextParallelEnv.metadata, "name": "coop/SecretPair-v0", "num_tasks": len(COLOURS) * len(ANIMALS),
-                "success_threshold": 1.0}
+    metadata = {**TextParallelEnv.metadata, "name": "coop/SecretPair-v1", "num_tasks": len(COLOURS) * len(ANIMALS),
+                "success_threshold": 1.0, "partner_info_chance": 1 / len(ANIMALS)}  # 12 colours, 12 animals
     question = "Name the secret colour and the secret animal. Answer with two words, like: <colour> <animal>"
     role_names = ("colour holder", "animal holder")
     KINDS = ("colour", "animal")
 
-    def load_task(self, task_index: int | None) -> dict:
-        index = self.draw_index(task_index)
+    def instance(self, index: int) -> dict:
         i, j = divmod(index, len(ANIMALS))
-        return {"index": index, "own_part": index % 2, "parts": (COLOURS[i], ANIMALS[j])}
+        return {"parts": (COLOURS[i], ANIMALS[j])}
 
     def known(self, part: int) -> str:
         return f"You hold the secret {self.KINDS[part]}: {self.task['parts'][part]}."
@@ -268,22 +285,20 @@ class SecretPair(_PrivateInfoTask):
 class SharedPick(_PrivateInfoTask):
     """A shared catalogue; agent_0 knows the target's colour, agent_1 its size; both name it (module docstring)."""
 
-    metadata = {**TextParallelEnv.metadata, "name": "coop/SharedPick-v0", "num_tasks": 9 * len(CATALOGUES),
-                "success_threshold": 1.0}
+    metadata = {**TextParallelEnv.metadata, "name": "coop/SharedPick-v1", "num_tasks": 9 * len(CATALOGUES),
+                "success_threshold": 1.0, "partner_info_chance": 1 / 3}  # 3 sizes of a colour, 3 colours of a size
     question = "Which item is the target? Answer with its name, like: <item>"
     role_names = ("colour holder", "size holder")
     KINDS = ("colour", "size")
 
-    def load_task(self, task_index: int | None) -> dict:
-        index = self.draw_index(task_index)
+    def instance(self, index: int) -> dict:
         c, k = divmod(index, 9)
         colours = [COLOURS_8[i] for i in CATALOGUES[c]]
         # item m (size-major order) is (SIZES[m // 3], colours[m % 3]) and is called ITEMS[(3c + 7m) % 16]:
         # 7 is prime to 16, so the 9 names differ.
         items = {ITEMS[(3 * c + 7 * m) % len(ITEMS)]: (colours[m % 3], SIZES[m // 3]) for m in range(9)}
         target = list(items)[k]
-        return {"index": index, "own_part": index % 2, "items": items, "target": target,
-                "parts": items[target]}
+        return {"items": items, "target": target, "parts": items[target]}
 
     def context(self) -> str:
         listed = ", ".join(f"{size} {colour} {name}" for name, (colour, size) in self.task["items"].items())

@@ -251,7 +251,8 @@ class LearnerConfig(metaclass=ConfigMeta):
     eval_interval: int = 16
     """Evaluate every this many rollouts, and at the end; 0 = only when `evaluate()` is called."""
     eval_num_samples: int = 4
-    """Evaluation episodes (task instances); 0 evaluates nothing."""
+    """Evaluation episodes: task instances drawn in a shuffle seeded by `seed` (the same ones at every evaluation
+    of a run); 0 evaluates nothing."""
     eval_batch_size: int = 8
     """Evaluation episodes played together."""
     eval_greedy: bool = False

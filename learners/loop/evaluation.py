@@ -1,7 +1,9 @@
 """Evaluation: a learner's agents play held-out episodes with one sample per agent per turn.
 
-Always under the task reward (never a learner's `relabel`), in a fixed order (`epoch_order(env, -1)`,
-unshuffled), so every evaluation of a run plays the same task instances. `Learner.evaluate` calls this.
+Always under the task reward (never a learner's `relabel`), on a fixed draw of task instances: the first
+`eval_num_samples` of a shuffle seeded by the run's seed (`epoch_order(env, -1)`; every instance once when
+`eval_num_samples` is the eval env's size), so every evaluation of a run plays the same instances, and never
+just the first ones, whose order a task may have made uneven. `Learner.evaluate` calls this.
 """
 
 from __future__ import annotations
@@ -12,7 +14,7 @@ import torch
 from tqdm.auto import tqdm
 
 from comlrl_env import TextParallelEnv
-from comlrl_env.info_flow import used_partner_info_rate
+from comlrl_env.info_flow import partner_info_chance, used_partner_info_rate
 from learners.loop.data import reset_roots
 from learners.loop.logger import RunLogger
 from learners.parallel.distributed import Distributed
@@ -45,7 +47,8 @@ def evaluate(learner: Evaluated, num_eval_samples: int | None = None, greedy: bo
 
     Metrics: `eval/reward_mean` (mean episode return over agents), `eval/agent_{i}/return_mean`,
     `eval/turn_{t}/reward_mean`, `eval/turn_{t}/expected_return`, `eval/invalid_action_rate`,
-    `eval/used_partner_info_rate` (tasks that report `used_partner_info`, `comlrl_env.info_flow`), and
+    `eval/used_partner_info_rate` (tasks that report `used_partner_info`, `comlrl_env.info_flow`) with its
+    chance level `eval/used_partner_info_chance` where the task states one, and
     `eval/<key>` from `eval_logger` + `eval_aggregator`. Always the task reward (never `relabel`).
     """
     cfg = learner.args
@@ -54,7 +57,7 @@ def evaluate(learner: Evaluated, num_eval_samples: int | None = None, greedy: bo
     if n <= 0 or not learner.dist.is_main:  # under torchrun rank 0 evaluates; the others go on
         return {}
     env = learner.eval_env
-    order = learner.epoch_order(env, epoch=-1, limit=n, shuffle=False)
+    order = learner.epoch_order(env, epoch=-1, limit=n, shuffle=True)
     episode_returns, turn_rewards, turn_returns, invalid, joints, flow = [], {}, {}, 0.0, 0, []
     completions: list[list[list[str]]] = [[[] for _ in range(n)] for _ in range(learner.num_agents)]
     items, first_prompts = [], []
@@ -87,6 +90,8 @@ def evaluate(learner: Evaluated, num_eval_samples: int | None = None, greedy: bo
     metrics["eval/invalid_action_rate"] = invalid / max(joints * learner.num_agents, 1)
     if flow:
         metrics["eval/used_partner_info_rate"] = used_partner_info_rate(flow)[0]
+        if partner_info_chance(env) is not None:  # what answers reach without the partner's message
+            metrics["eval/used_partner_info_chance"] = partner_info_chance(env)
     if learner.eval_logger is not None:
         rows = learner.eval_logger(agent_completions_turns=completions, batch_items=items, prompts=first_prompts)
         extra = learner.eval_aggregator(rows, num_turns=cfg.num_turns)
