@@ -63,8 +63,8 @@ from learners.parallel.distributed import Distributed
 from learners.parallel.fsdp import Sharding
 from learners.parallel.placement import check_shared_devices, resolve_devices
 from learners.rollout import Rollout, RolloutEngine, check_rollout_size
-from learners.rollout.backends.vllm import VLLMBackend
-from learners.rollout.scoring import Support, sampled_logprobs
+from learners.rollout.backends import backend_for, generation_weights
+from learners.rollout.scoring import Support, engine_correction, sampled_logprobs
 
 __all__ = ["Learner", "LearnerConfig"]
 
@@ -182,9 +182,8 @@ class Learner(abc.ABC):
                 policy.prepare(cfg.generation_settings().for_agent(seat), seat_devices[seat], self.model_config,
                                given_tokenizer[seat] if per_seat and len(given_tokenizer) == self.num_seats
                                else None if per_seat else given_tokenizer)
-        vllm = cfg.generation_backend == "vllm"  # else the engine's own HFBackend
-        backend = VLLMBackend.from_config(cfg, self.agents, self.tokenizers, self.seats) if vllm else None
-        self.engine = RolloutEngine(self.agents, self.tokenizers, cfg.generation_settings(), self.fixed, backend)
+        self.engine = RolloutEngine(self.agents, self.tokenizers, cfg.generation_settings(), self.fixed,
+                                    backend_for(cfg, self.agents, self.tokenizers, self.seats))
         # One optimizer and schedule per model: a model in several seats (self-play) steps once per minibatch.
         self.optimizers = [adamw(self.agents[a[0]].parameters(), cfg.agent_learning_rate, cfg.weight_decay)
                            for a in self.model_agents()]
@@ -314,7 +313,7 @@ class Learner(abc.ABC):
     def collect(self, roots: list[TextParallelEnv], num_generations: int, rollout_mode: str = "parallel",
                 joint_mode: str = "aligned") -> Rollout:
         """Play the reset `roots` to the end (training sampling), apply `relabel`, count into `env_steps`."""
-        with self.sharding.gathered(self.agents):  # FSDP: ranks sample to different lengths on whole weights
+        with generation_weights(self.engine.backend, self.sharding, self.agents):
             rollout = self.engine.collect(roots, num_generations, rollout_mode, joint_mode, self.args.discount)
         rollout.timings.update(self.engine.backend.finish_rollout())  # e.g. the seconds of weight sync
         if self.relabel is not None:
@@ -328,7 +327,7 @@ class Learner(abc.ABC):
     def evaluate(self, num_eval_samples: int | None = None, greedy: bool | None = None) -> dict[str, float]:
         """Play `num_eval_samples` episodes of `eval_env` with one sample per agent per turn, always under the
         task reward; log and return the `eval/*` metrics (see `learners.loop.evaluation.evaluate`)."""
-        with self.sharding.gathered(self.agents):  # FSDP: every rank gathers, rank 0 evaluates
+        with generation_weights(self.engine.backend, self.sharding, self.agents):  # every rank takes part, rank 0 evaluates
             return evaluate(self, num_eval_samples, greedy)
 
     # ----- evaluation and export -----------------------------------------------------
@@ -471,6 +470,14 @@ class Learner(abc.ABC):
             return samples.logprobs
         with self.sharding.gathered([self.agents[a]]):  # FSDP: ranks may score different numbers of rows
             return sampled_logprobs(self.agents[a], samples, temperature=self.engine.backend.support(a))
+
+    def engine_correction(self, rollout: Rollout, advantages: torch.Tensor, old: list[torch.Tensor] | None
+                          ) -> tuple[torch.Tensor, list[torch.Tensor] | None, dict[str, float]]:
+        """`learners.rollout.scoring.engine_correction` of a rollout under this config's cap (FSDP: on whole
+        weights, as ranks score different numbers of rows)."""
+        cap = self.args.correction_cap
+        with self.sharding.gathered(self.agents if cap is not None else []):
+            return engine_correction(self.agents, rollout.samples, self.scoring_supports(), advantages, old, cap)
 
     def scoring_supports(self) -> list[Support]:
         """The distribution each trained agent's tokens are scored under: its generation backend's

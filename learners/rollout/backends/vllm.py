@@ -43,6 +43,7 @@ from learners.rollout.backends.vllm_engines import (
     kept_process_state,
     push_adapter,
     push_weights,
+    whole,
     release_engine,
     require_vllm,
 )
@@ -66,13 +67,15 @@ class VLLMBackend:
         sleep_mode: On GPU, engines sleep between rollouts (`finish_rollout`): weights move to CPU memory and
             the KV cache is freed for training; they wake before the next generation.
         engine_args: More `vllm.LLM` arguments (e.g. `max_model_len`, `kv_cache_memory_bytes`).
+        tensor_parallel: Under torchrun, the ranks one engine spans (consecutive groups of this many ranks).
     """
 
     name = "vllm"
+    samples_on_models = False
 
     def __init__(self, agents: Sequence[PreTrainedModel], tokenizers: Sequence[PreTrainedTokenizerBase],
                  agent_settings: Sequence[GenerationSettings], memory_share: float = 0.4, sleep_mode: bool = False,
-                 engine_args: dict[str, Any] | None = None) -> None:
+                 engine_args: dict[str, Any] | None = None, tensor_parallel: int = 1) -> None:
         require_vllm()
         self.agents, self.tokenizers = list(agents), list(tokenizers)
         self.agent_settings = list(agent_settings)
@@ -82,7 +85,7 @@ class VLLMBackend:
         if sleep_mode and not torch.cuda.is_available():
             raise ValueError("vllm_sleep_mode frees GPU memory between rollouts and needs a CUDA device; vLLM's "
                              "CPU backend has no sleep mode. Set vllm_sleep_mode=False.")
-        self.sleep_mode = sleep_mode
+        self.sleep_mode, self.tensor_parallel = sleep_mode, tensor_parallel
         groups: dict[int, list[int]] = {}  # one engine per PEFT base, or per fully fine-tuned agent
         for a, model in enumerate(self.agents):
             groups.setdefault(id(model.peft) if _is_adapter(model) else id(model), []).append(a)
@@ -97,22 +100,13 @@ class VLLMBackend:
         self.release.atexit = False  # at exit the engines go down with the process
         for engine, members in zip(self.engines, self.engine_agents):
             if _is_adapter(self.agents[members[0]]):
-                push_weights(engine, base_weights(self.agents[members[0]].peft))
+                push_weights(engine, base_weights(self.agents[members[0]].peft).items())
         self.shared_base = tuple(self.engines)  # every turn goes through `generate_all`: one call per engine
         self.changed = set(range(len(self.agents)))  # agents whose weights the engines do not hold yet
         self.asleep = False
         self.sync_seconds = 0.0  # spent pushing weights since the last `finish_rollout`
         self.engine_calls = 0  # `generate` calls made on the engines (one per engine per turn)
         self.sync()  # load every agent now: a LoRA config vLLM cannot serve fails here, before training
-
-    @classmethod
-    def from_config(cls, cfg: Any, agents: Sequence[PreTrainedModel], tokenizers: Sequence[PreTrainedTokenizerBase],
-                    seats: Sequence[int]) -> "VLLMBackend":
-        """The backend a learner config asks for (`generation_backend="vllm"` and the `vllm_*` fields), for
-        trained agents that play `seats`."""
-        settings = cfg.generation_settings()
-        return cls(agents, tokenizers, [settings.for_agent(s) for s in seats], cfg.vllm_memory_share,
-                   cfg.vllm_sleep_mode, cfg.vllm_engine_args)
 
     # ----- the protocol -----------------------------------------------------------
 
@@ -201,8 +195,8 @@ class VLLMBackend:
                     self.adapters[a] = push_adapter(engine, model.peft, model.adapter_name, self.adapter_root,
                                                     self.adapters.get(a))
                 else:
-                    push_weights(engine, {k: v for k, v in model.state_dict().items()
-                                          if not k.startswith("value_head.")})
+                    push_weights(engine, ((k, whole(v)) for k, v in model.state_dict().items()
+                                          if not k.startswith("value_head.")))
         self.changed.clear()
         self.sync_seconds += time.perf_counter() - start
 
@@ -276,7 +270,7 @@ class VLLMBackend:
         rank = max(_lora_rank(self.agents[a]) for a in members) if adapter else 0
         return EngineSpec(base.config, self.tokenizers[members[0]], next(base.parameters()).dtype,
                           len(members) if adapter else 0, rank, self.logprobs_mode, memory_share,
-                          self.sleep_mode, engine_args)
+                          self.sleep_mode, engine_args, self.tensor_parallel)
 
     def close(self) -> None:
         """Return the engines to the pool now (else when the backend is garbage-collected); the backend
