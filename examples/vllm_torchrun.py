@@ -15,6 +15,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import time
 
 import torch
 import torch.distributed as dist
@@ -27,21 +28,15 @@ from learners.rollout.scoring import completion_logprobs
 
 parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
 parser.add_argument("--out", default="outputs/vllm-torchrun")
-parser.add_argument("--learners", nargs="+", choices=("magrpo", "iac", "maac"), default=["magrpo"])
+parser.add_argument("--learners", nargs="+", choices=("magrpo", "iac", "maac", "lora", "learn", "greedy"), default=["magrpo"],
+                    help="run each in turn; lora: MAGRPO with a LoRA adapter per agent on one shared base; learn: "
+                         "MAGRPO for 16 epochs of 8 instances (the learning check); greedy: greedy samples of fixed prompts")
 parser.add_argument("--sharding", choices=("fsdp", "none"), default="none")
-parser.add_argument("--lora", action="store_true", help="a LoRA adapter per agent on one shared base")
-parser.add_argument("--epochs", type=int, default=2)
-parser.add_argument("--instances", type=int, default=4, help="task instances per epoch")
-parser.add_argument("--batch", type=int, default=2, help="task instances per rollout (all ranks together)")
-parser.add_argument("--generations", type=int, default=4)
-parser.add_argument("--lr", type=float, default=5e-2)
-parser.add_argument("--seed", type=int, default=0)
+parser.add_argument("--epochs", type=int, default=2, help="(magrpo, lora: one rollout of 4 instances per epoch)")
 parser.add_argument("--check", action="store_true", help="engine vs trainer log-probs after every optimizer step")
-parser.add_argument("--resume", default=None, help="a checkpoint-* directory to continue from")
-parser.add_argument("--checkpoints", action="store_true", help="checkpoint after every rollout")
-parser.add_argument("--fail-at", type=int, default=None, help="(tests) the last rank raises in this rollout")
+parser.add_argument("--resume", default=None, help="(magrpo) a checkpoint-* directory to continue from")
+parser.add_argument("--fail-at", type=int, default=None, help="(tests; magrpo) the last rank raises in this rollout")
 parser.add_argument("--tensor-parallel", type=int, default=1)
-parser.add_argument("--greedy", action="store_true", help="(tests) greedy samples of fixed prompts, no training")
 args = parser.parse_args()
 
 launched = "WORLD_SIZE" in os.environ
@@ -57,8 +52,6 @@ if launched:
 
 def space_reward(*agents: list[str]) -> list[float]:
     """Fraction of whitespace characters in the joint answer: easy for a tiny model to raise."""
-    if args.fail_at is not None and rank == world - 1 and Record.rollouts + 1 == args.fail_at:
-        raise RuntimeError(f"rank {rank} fails on purpose in rollout {args.fail_at}")
     return [sum(ch.isspace() for ch in "".join(joint)) / max(len("".join(joint)), 1) for joint in zip(*agents)]
 
 
@@ -66,9 +59,8 @@ class Record:
     """Every rollout's metrics and completions on this rank; with `--check`, the engine/trainer log-prob gap of
     a fixed completion after every optimizer step."""
 
-    rollouts = 0
-
-    def __init__(self) -> None:
+    def __init__(self, out: str, fail_at: int | None = None) -> None:
+        self.out, self.fail_at = out, fail_at
         self.rewards: list[float] = []
         self.losses: list[dict[str, float]] = []
         self.completions: list[list[list[str]]] = []
@@ -76,11 +68,22 @@ class Record:
         self.checks: list[float] = []
 
     def on_step_end(self, learner, metrics: dict[str, float]) -> None:
-        Record.rollouts += 1
+        if learner.rollouts_done == self.fail_at and rank == world - 1:  # after its checkpoint, before the next
+            with open(os.path.join(args.out, "failed_at"), "w") as f:
+                f.write(str(time.time()))
+            raise RuntimeError(f"rank {rank} fails on purpose after rollout {self.fail_at}")
         self.rewards.append(metrics["train/reward_mean"])
         self.losses.append({k: v for k, v in metrics.items() if k.endswith("/loss")})
         self.completions.append([s.completions for s in learner.last_rollout.samples])
         self.sync.append(metrics.get("perf/seconds_weight_sync", -1.0))
+        self.save(learner)
+
+    def save(self, learner) -> None:
+        """This rank's record so far (a run that fails keeps what it did)."""
+        os.makedirs(self.out, exist_ok=True)
+        with open(os.path.join(self.out, f"rank{rank}.json"), "w") as f:
+            json.dump({"rewards": self.rewards, "losses": self.losses, "completions": self.completions,
+                       "sync": self.sync, "checks": self.checks, "rollouts": learner.rollouts_done, "world": world}, f)
 
     def watch(self, learner) -> None:
         """After each optimizer step (on every rank: FSDP gathers), the engine's log-probs of a fixed completion
@@ -103,38 +106,36 @@ class Record:
 
 def train(name: str) -> None:
     out = os.path.join(args.out, name)
-    data = [{"prompt": f"Question {i}:"} for i in range(args.instances)]
-    shared = dict(num_train_epochs=args.epochs, rollout_buffer_size=args.batch, num_generations=args.generations,
-                  max_new_tokens=8, temperature=1.0, top_p=1.0, top_k=None, agent_learning_rate=args.lr,
-                  max_grad_norm=None, eval_interval=0, eval_num_samples=0, verbose=False, seed=args.seed,
-                  sharding=args.sharding if launched else "none", generation_backend="vllm",
+    learn = name == "learn"
+    data = [{"prompt": f"Question {i}:"} for i in range(8 if learn else 4)]
+    shared = dict(num_train_epochs=16 if learn else args.epochs if name in ("magrpo", "lora") else 1,
+                  rollout_buffer_size=8 if learn else 4,
+                  num_generations=8 if learn else 4, agent_learning_rate=1e-2 if learn else 5e-2, max_new_tokens=8,
+                  temperature=1.0, top_p=1.0, top_k=None, max_grad_norm=None, eval_interval=0, eval_num_samples=0,
+                  verbose=False, seed=0, sharding=args.sharding if launched else "none", generation_backend="vllm",
                   vllm_engine_args={"kv_cache_memory_bytes": 64 << 20},
                   vllm_tensor_parallel_size=args.tensor_parallel, output_dir=os.path.join(out, "run"),
-                  peft_config={"r": 4, "lora_alpha": 8, "target_modules": ["q_proj", "v_proj"]} if args.lora else None)
-    record = Record()
-    if name == "magrpo":
-        learner = MAGRPO(train_dataset=data, reward_func=space_reward, agent_model=model_dir, num_agents=2,
-                         callbacks=[record], args=MAGRPOConfig(**shared))
-    else:  # IAC: a critic per agent (value heads); MAAC: one critic of the joint text
+                  peft_config={"r": 4, "lora_alpha": 8, "target_modules": ["q_proj", "v_proj"]} if name == "lora" else None)
+    record = Record(out, args.fail_at if name == "magrpo" else None)
+    team = dict(train_dataset=data, reward_func=space_reward, agent_model=model_dir, num_agents=2, callbacks=[record])
+    if name in ("magrpo", "lora", "learn", "greedy"):
+        learner = MAGRPO(**team, args=MAGRPOConfig(**shared))
+    else:  # IAC: a value head per agent; MAAC: one critic of the joint text
         cls, config_cls = (IAC, IACConfig) if name == "iac" else (MAAC, MAACConfig)
         extra = {"use_separate_critic": False} if name == "iac" else {}
-        learner = cls(train_dataset=data, reward_func=space_reward, agent_model=model_dir, num_agents=2,
-                      callbacks=[record], args=config_cls(critic_learning_rate=1e-3, **extra, **shared),
+        learner = cls(**team, args=config_cls(critic_learning_rate=1e-3, **extra, **shared),
                       **({"critic_model": model_dir} if name == "maac" else {}))
-    if args.greedy:  # each rank its own prompts; a tensor-parallel group gathers them for its one engine
+    if name == "greedy":  # each rank its own prompts; a tensor-parallel group gathers them for its one engine
         prompts = [f"Question {i}:" for i in range(rank, 8, world)]
         batches = learner.engine.backend.generate_all([prompts, prompts], 2, greedy=True)
         record.completions.append([b.completions for b in batches])
     else:
         if args.check:
             record.watch(learner)
-        learner.learn(checkpoint_dir=os.path.join(out, "checkpoints") if args.checkpoints else None,
-                      checkpoint_steps=1 if args.checkpoints else None, resume_from_checkpoint=args.resume)
-    os.makedirs(out, exist_ok=True)
-    with open(os.path.join(out, f"rank{rank}.json"), "w") as f:
-        json.dump({"rewards": record.rewards, "losses": record.losses, "completions": record.completions,
-                   "sync": record.sync, "checks": record.checks, "rollouts": learner.rollouts_done,
-                   "world": world}, f)
+        checkpoints = os.path.join(out, "checkpoints") if name == "magrpo" else None
+        learner.learn(checkpoint_dir=checkpoints, checkpoint_steps=1 if checkpoints else None,
+                      resume_from_checkpoint=args.resume if name == "magrpo" else None)
+    record.save(learner)
 
 
 for learner_name in args.learners:
