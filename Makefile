@@ -39,7 +39,7 @@ $(VLLM_STAMP): pyproject.toml
 
 # The vLLM generation backend on CPU (tests marked `vllm`; about 2 minutes after the ~4-minute install).
 test-vllm: $(VLLM_STAMP)
-	VLLM_LOGGING_LEVEL=WARNING $(VLLM_VENV)/bin/python -m pytest -q -m vllm -p no:warnings tests/test_vllm.py
+	VLLM_LOGGING_LEVEL=WARNING $(VLLM_VENV)/bin/python -m pytest -q -m vllm -p no:warnings tests/test_vllm.py tests/test_vllm_torchrun.py
 
 bench: $(STAMP) $(VLLM_STAMP)
 	bash benchmarks/run.sh

@@ -13,6 +13,7 @@ the engine's and the trainer's log-probs of a fixed completion after every optim
 from __future__ import annotations
 
 import argparse
+import gc
 import json
 import os
 import time
@@ -140,6 +141,7 @@ def train(name: str) -> None:
 
 for learner_name in args.learners:
     train(learner_name)
+    gc.collect()  # the learner is gone: its backend returns the engines for the next job
 if launched:  # the engines go down first (destroy_process_group shuts them down)
     dist.barrier()
     dist.destroy_process_group()

@@ -137,6 +137,8 @@ def test_vllm_configs_that_cannot_work_fail_at_construction(monkeypatch):
         MAGRPOConfig(generation_backend="vllm", vllm_tensor_parallel_size=3)
     with pytest.raises(ValueError, match="vllm_tensor_parallel_size must be >= 1, got 0"):
         MAGRPOConfig(generation_backend="vllm", vllm_tensor_parallel_size=0)
+    with pytest.raises(ValueError, match="evaluation runs on rank 0 alone.*set eval_num_samples=0"):
+        MAGRPOConfig(generation_backend="vllm", vllm_tensor_parallel_size=2)
     if not torch.cuda.is_available():
         with pytest.raises(ValueError, match="vllm_sleep_mode=True .* needs a CUDA device"):
             MAGRPOConfig(generation_backend="vllm", vllm_sleep_mode=True)

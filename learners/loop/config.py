@@ -333,6 +333,9 @@ class LearnerConfig(metaclass=ConfigMeta):
         if world % k:
             raise ValueError(f"vllm_tensor_parallel_size={k} does not divide the {world} torchrun process(es): "
                              "each group of k ranks shares one engine; use a divisor of the number of processes.")
+        if k > 1 and self.eval_num_samples:
+            raise ValueError(f"vllm_tensor_parallel_size={k}: evaluation runs on rank 0 alone, but its engine spans "
+                             f"{k} ranks; set eval_num_samples=0 (evaluate the saved agents afterwards) or use 1.")
         if self.vllm_sleep_mode and not torch.cuda.is_available():
             raise ValueError("vllm_sleep_mode=True frees GPU memory between rollouts and needs a CUDA device; "
                              "vLLM's CPU backend has no sleep mode. Set vllm_sleep_mode=False.")
