@@ -7,7 +7,7 @@ STAMP   := $(VENV)/.installed
 VLLM_VENV  := .venv-vllm
 VLLM_STAMP := $(VLLM_VENV)/.installed
 
-.PHONY: demo test test-fsdp test-slow test-vllm bench bench-learning results results-coop clean
+.PHONY: demo test test-fsdp test-slow test-vllm test-vllm-slow bench bench-learning results results-coop clean
 
 $(STAMP): pyproject.toml
 	test -x $(BIN)/python || $(PY) -m venv $(VENV)
@@ -37,8 +37,13 @@ $(VLLM_STAMP): pyproject.toml
 	$(VLLM_VENV)/bin/pip uninstall -q -y torchvision torchaudio torchcodec
 	touch $(VLLM_STAMP)
 
-# The vLLM generation backend on CPU (tests marked `vllm`; about 2 minutes after the ~4-minute install).
+# The vLLM generation backend on CPU (tests marked `vllm`: about 2 minutes in one process, then about 9 under
+# torchrun on 2 gloo ranks, tests/test_vllm_torchrun.py; after the ~4-minute install).
 test-vllm: $(VLLM_STAMP)
+	VLLM_LOGGING_LEVEL=WARNING $(VLLM_VENV)/bin/python -m pytest -q -m 'vllm and not slow' -p no:warnings tests/test_vllm.py tests/test_vllm_torchrun.py
+
+# The same with the slow ones (a 2-rank vLLM checkpoint resumed on 4 ranks: two more minutes).
+test-vllm-slow: $(VLLM_STAMP)
 	VLLM_LOGGING_LEVEL=WARNING $(VLLM_VENV)/bin/python -m pytest -q -m vllm -p no:warnings tests/test_vllm.py tests/test_vllm_torchrun.py
 
 bench: $(STAMP) $(VLLM_STAMP)

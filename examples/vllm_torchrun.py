@@ -31,7 +31,7 @@ parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
 parser.add_argument("--out", default="outputs/vllm-torchrun")
 parser.add_argument("--learners", nargs="+", choices=("magrpo", "iac", "maac", "lora", "learn", "greedy"), default=["magrpo"],
                     help="run each in turn; lora: MAGRPO with a LoRA adapter per agent on one shared base; learn: "
-                         "MAGRPO for 16 epochs of 8 instances (the learning check); greedy: greedy samples of fixed prompts")
+                         "MAGRPO for 12 epochs of 8 instances (the learning check); greedy: greedy samples of fixed prompts")
 parser.add_argument("--sharding", choices=("fsdp", "none"), default="none")
 parser.add_argument("--epochs", type=int, default=2, help="(magrpo, lora: one rollout of 4 instances per epoch)")
 parser.add_argument("--check", action="store_true", help="engine vs trainer log-probs after every optimizer step")
@@ -109,7 +109,7 @@ def train(name: str) -> None:
     out = os.path.join(args.out, name)
     learn = name == "learn"
     data = [{"prompt": f"Question {i}:"} for i in range(8 if learn else 4)]
-    shared = dict(num_train_epochs=16 if learn else args.epochs if name in ("magrpo", "lora") else 1,
+    shared = dict(num_train_epochs=12 if learn else args.epochs if name in ("magrpo", "lora") else 1,
                   rollout_buffer_size=8 if learn else 4,
                   num_generations=8 if learn else 4, agent_learning_rate=1e-2 if learn else 5e-2, max_new_tokens=8,
                   temperature=1.0, top_p=1.0, top_k=None, max_grad_norm=None, eval_interval=0, eval_num_samples=0,

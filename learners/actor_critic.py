@@ -45,6 +45,7 @@ from learners.models.critics import CausalLMWithValueHead, ValueHead, load_criti
 from learners.parallel.fsdp import pass_sync
 from learners.parallel.placement import resolve_devices
 from learners.rollout import Rollout, SampleBatch
+from learners.rollout.backends import corrected_advantages
 from learners.rollout.scoring import token_logprobs
 from learners.rollout.settings import Number
 from rewards.models import encode_joint_texts, joint_text
@@ -217,7 +218,7 @@ class ActorCritic(Learner):
         actor_adv = adv if adv.shape[0] == self.num_agents else adv.expand(self.num_agents, -1)
         if cfg.advantage_normalization:
             actor_adv = normalize_per_turn(actor_adv, rollout.turn)
-        corrected, old_logprobs, correction = self.engine_correction(rollout, actor_adv, old_logprobs)
+        corrected, old_logprobs, correction = corrected_advantages(self, rollout.samples, actor_adv, old_logprobs)
         metrics = self.update(rollout, corrected, old_values, targets, old_logprobs)
         metrics["perf/seconds_update"] = time.perf_counter() - t0
         metrics.update(rollout_metrics(rollout, actor_adv, kl))

@@ -9,7 +9,8 @@ share of every batch on engines of its own, with data parallelism and with FSDP2
   samples continue the saved seeds;
 - a tensor-parallel engine group (k=2) gives the greedy completions of k=1.
 
-Five torchrun launches and one plain process, each job of a launch reusing the engines the previous one returned.
+Four torchrun launches and one plain process (the 4-rank resume is `slow`: one more launch), each job of a
+launch reusing the engines the previous one returned: about 9 minutes on the loaded 2-core machine.
 """
 
 from __future__ import annotations
@@ -76,7 +77,7 @@ def test_engines_hold_the_trained_weights_after_every_step_on_every_rank(setup, 
     for job in jobs:
         for rank in (0, 1):
             record = report(out, job, rank)
-            steps = {"magrpo": 2, "lora": 2, "learn": 16}.get(job, 1)
+            steps = {"magrpo": 2, "lora": 2, "learn": 12}.get(job, 1)
             assert len(record["checks"]) == 2 * steps, (job, rank)  # each agent's optimizer, every step
             assert max(record["checks"]) < 1e-4, (job, rank, record["checks"])
             assert all(s > 0 for s in record["sync"]), (job, record["sync"])  # seconds of weight sync per rollout
@@ -106,7 +107,7 @@ def test_the_toy_learns_on_two_ranks_as_well_as_in_one_process(fsdp, ddp, single
         rewards = report(out, "learn")["rewards"]
         first, last = sum(rewards[:3]) / 3, sum(rewards[-3:]) / 3
         print(f"{name}: reward {first:.3f} -> {last:.3f}")
-        assert len(rewards) == 16 and last > first + 0.1, (name, rewards)
+        assert len(rewards) == 12 and last > first + 0.1, (name, rewards)
         finals[name] = last
     assert finals["fsdp"] >= 0.8 * finals["one process"] and finals["ddp"] >= 0.8 * finals["one process"], (finals, one)
 
@@ -148,6 +149,7 @@ def test_a_data_parallel_checkpoint_resumes_on_one_process_following_the_seeds(d
     assert resumed["completions"][0][0][:4] == rank0["completions"][1][0][:4]
 
 
+@pytest.mark.slow  # four ranks with engines on 2 cores: two minutes (`make test-vllm-slow`)
 def test_a_two_rank_fsdp_checkpoint_resumes_on_four_ranks_following_the_seeds(fsdp, tmp_path):
     """Ranks 0 and 1 continue their saved streams (2 and 3 start from their own seeds, with a warning): rank 0's
     first prompt of the next rollout gets the same seed and weights, so the same 4 samples."""

@@ -64,7 +64,7 @@ from learners.parallel.fsdp import Sharding
 from learners.parallel.placement import check_shared_devices, resolve_devices
 from learners.rollout import Rollout, RolloutEngine, check_rollout_size
 from learners.rollout.backends import backend_for, generation_weights
-from learners.rollout.scoring import Support, engine_correction, sampled_logprobs
+from learners.rollout.scoring import Support, sampled_logprobs
 
 __all__ = ["Learner", "LearnerConfig"]
 
@@ -470,14 +470,6 @@ class Learner(abc.ABC):
             return samples.logprobs
         with self.sharding.gathered([self.agents[a]]):  # FSDP: ranks may score different numbers of rows
             return sampled_logprobs(self.agents[a], samples, temperature=self.engine.backend.support(a))
-
-    def engine_correction(self, rollout: Rollout, advantages: torch.Tensor, old: list[torch.Tensor] | None
-                          ) -> tuple[torch.Tensor, list[torch.Tensor] | None, dict[str, float]]:
-        """`learners.rollout.scoring.engine_correction` of a rollout under this config's cap (FSDP: on whole
-        weights, as ranks score different numbers of rows)."""
-        cap = self.args.correction_cap
-        with self.sharding.gathered(self.agents if cap is not None else []):
-            return engine_correction(self.agents, rollout.samples, self.scoring_supports(), advantages, old, cap)
 
     def scoring_supports(self) -> list[Support]:
         """The distribution each trained agent's tokens are scored under: its generation backend's
