@@ -7,7 +7,11 @@ STAMP   := $(VENV)/.installed
 VLLM_VENV  := .venv-vllm
 VLLM_STAMP := $(VLLM_VENV)/.installed
 
-.PHONY: demo test test-fsdp test-slow test-vllm test-vllm-slow bench bench-learning results results-coop clean
+# The documentation site builds in a small venv of its own: mkdocs and mkdocstrings only, no torch.
+DOCS_VENV  := .venv-docs
+DOCS_STAMP := $(DOCS_VENV)/.installed
+
+.PHONY: docs demo test test-fsdp test-slow test-vllm test-vllm-slow bench bench-learning results results-coop clean
 
 $(STAMP): pyproject.toml
 	test -x $(BIN)/python || $(PY) -m venv $(VENV)
@@ -46,6 +50,16 @@ test-vllm: $(VLLM_STAMP)
 test-vllm-slow: $(VLLM_STAMP)
 	VLLM_LOGGING_LEVEL=WARNING $(VLLM_VENV)/bin/python -m pytest -q -m vllm -p no:warnings tests/test_vllm.py tests/test_vllm_torchrun.py
 
+$(DOCS_STAMP): docs/requirements.txt
+	test -x $(DOCS_VENV)/bin/python || $(PY) -m venv $(DOCS_VENV)
+	$(DOCS_VENV)/bin/pip install -q -r docs/requirements.txt
+	touch $(DOCS_STAMP)
+
+# The site (guides and the API reference from the docstrings) into site/, strict: a broken link, a missing page
+# or an unresolved reference fails the build.
+docs: $(DOCS_STAMP)
+	NO_MKDOCS_2_WARNING=1 $(DOCS_VENV)/bin/mkdocs build --strict --site-dir site
+
 bench: $(STAMP) $(VLLM_STAMP)
 	bash benchmarks/run.sh
 
@@ -69,4 +83,4 @@ results-coop: $(STAMP)
 	$(BIN)/python benchmarks/results_coop.py --docs $(ARGS)
 
 clean:
-	rm -rf $(VENV) $(VLLM_VENV) build *.egg-info
+	rm -rf $(VENV) $(VLLM_VENV) $(DOCS_VENV) site build *.egg-info

@@ -50,6 +50,7 @@ from rewards.joint import joint_text
 __all__ = ["AgentID", "TextParallelEnv", "joint_text"]
 
 AgentID = str
+"""An agent's name in an env, e.g. `"agent_0"`: the keys of observations, actions, rewards and infos."""
 
 
 _EPISODE_FIELDS = (

@@ -74,6 +74,7 @@ class EnvSpec:
 
 
 registry: dict[str, EnvSpec] = {}
+"""Every registered env id and its `EnvSpec`: `register` adds to it, `make` and `spec` read it."""
 
 # namespace -> resolver(id) -> EnvSpec, for ids of that namespace that are not in `registry`.
 _namespaces: dict[str, Callable[[str], EnvSpec] | str] = {}

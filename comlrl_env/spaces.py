@@ -27,6 +27,8 @@ CHARSET: str = (
     + "αβγδλπ"
     + "🙂🚀"
 )
+"""The characters `TextSpace.sample` draws from: ASCII, punctuation, whitespace, accents, CJK, Greek and emoji,
+so sampled actions exercise hostile text; `contains` accepts any `str` within the length limits."""
 
 
 class TextSpace(Text):

@@ -50,3 +50,5 @@ suites: dict[str, list[str]] = {
         "openspiel/goofspiel-v0",
     ],
 }
+"""Suite name -> its registered env ids, e.g. `[make(i) for i in suites["smoke"]]`; the module docstring
+describes each suite."""

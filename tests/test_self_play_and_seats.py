@@ -57,16 +57,17 @@ def python_blocks(text: str, needle: str) -> list[str]:
 
 
 def documented_mixed_teams() -> list[tuple[str, str]]:
-    readme = open(os.path.join(ROOT, "README.md"), encoding="utf-8").read()
-    section = readme[readme.index("## Turn-taking, games and mixed teams"):]
-    found = [("README", b) for b in python_blocks(section[:section.index("\n## ", 5)], "MAGRPO(")]
+    guide = open(os.path.join(ROOT, "docs", "guide", "games.md"), encoding="utf-8").read()
+    section = guide[guide.index("## Turn-taking, games and mixed teams"):]
+    section = section[:section.index("\n## ", 5)] if "\n## " in section[5:] else section
+    found = [("docs/guide/games.md", b) for b in python_blocks(section, "MAGRPO(")]
     found += [("learners.models.fixed", b) for b in python_blocks(learners.models.fixed.__doc__, "MAGRPO(")]
     return found
 
 
 def test_the_documented_mixed_team_forms_are_found():
     sources = [where for where, _ in documented_mixed_teams()]
-    assert sources.count("README") == 1 and sources.count("learners.models.fixed") == 1
+    assert sources.count("docs/guide/games.md") == 1 and sources.count("learners.models.fixed") == 1
 
 
 @pytest.mark.parametrize("where, block", documented_mixed_teams(), ids=lambda x: x if len(x) < 40 else "code")

