@@ -11,7 +11,7 @@ VLLM_STAMP := $(VLLM_VENV)/.installed
 DOCS_VENV  := .venv-docs
 DOCS_STAMP := $(DOCS_VENV)/.installed
 
-.PHONY: docs demo test test-fsdp test-slow test-vllm test-vllm-slow bench bench-learning results results-coop clean
+.PHONY: docs demo test test-fsdp test-slow test-vllm test-vllm-slow gpu-check bench bench-learning results results-coop clean
 
 $(STAMP): pyproject.toml
 	test -x $(BIN)/python || $(PY) -m venv $(VENV)
@@ -59,6 +59,12 @@ $(DOCS_STAMP): docs/requirements.txt
 # or an unresolved reference fails the build.
 docs: $(DOCS_STAMP)
 	NO_MKDOCS_2_WARNING=1 $(DOCS_VENV)/bin/mkdocs build --strict --site-dir site
+
+# One lent GPU, first try: tokens/s, one MAGRPO epoch, peak GPU memory for 1 agent and 4 LoRA agents of
+# SmolLM2-135M, HF and (where vllm imports) vLLM; figures in outputs/gpu-check.md, under 8 minutes. It uses the
+# Python that is there (.venv if built, else python3) and installs nothing: a device machine reaches no registry.
+gpu-check:
+	$(if $(wildcard $(BIN)/python),$(BIN)/python,$(PY)) benchmarks/gpu_check.py $(ARGS)
 
 bench: $(STAMP) $(VLLM_STAMP)
 	bash benchmarks/run.sh
