@@ -44,11 +44,11 @@ $(VLLM_STAMP): pyproject.toml
 # The vLLM generation backend on CPU (tests marked `vllm`: about 2 minutes in one process, then about 9 under
 # torchrun on 2 gloo ranks, tests/test_vllm_torchrun.py; after the ~4-minute install).
 test-vllm: $(VLLM_STAMP)
-	VLLM_LOGGING_LEVEL=WARNING $(VLLM_VENV)/bin/python -m pytest -q -m 'vllm and not slow' -p no:warnings tests/test_vllm.py tests/test_vllm_torchrun.py
+	VLLM_LOGGING_LEVEL=WARNING $(VLLM_VENV)/bin/python -m pytest -q -m 'vllm and not slow' -p no:warnings tests/test_vllm.py tests/test_vllm_torchrun.py tests/test_gpu_check.py
 
 # The same with the slow ones (a 2-rank vLLM checkpoint resumed on 4 ranks: two more minutes).
 test-vllm-slow: $(VLLM_STAMP)
-	VLLM_LOGGING_LEVEL=WARNING $(VLLM_VENV)/bin/python -m pytest -q -m vllm -p no:warnings tests/test_vllm.py tests/test_vllm_torchrun.py
+	VLLM_LOGGING_LEVEL=WARNING $(VLLM_VENV)/bin/python -m pytest -q -m vllm -p no:warnings tests/test_vllm.py tests/test_vllm_torchrun.py tests/test_gpu_check.py
 
 $(DOCS_STAMP): docs/requirements.txt
 	test -x $(DOCS_VENV)/bin/python || $(PY) -m venv $(DOCS_VENV)

@@ -127,7 +127,10 @@ def acquire_engine(spec: EngineSpec) -> Any:
 
 
 def release_engine(spec_key: str, engine: Any) -> None:
-    """Give an engine back to the pool (its LoRA adapters dropped) for the next backend of the same spec."""
+    """Give an engine back to the pool (its LoRA adapters dropped) for the next backend of the same spec; an
+    engine already shut down (`shutdown_engines`) is dropped."""
+    if not any(engine is live for live in _LIVE):
+        return
     if engine.llm_engine.vllm_config.lora_config is not None:
         for lora_id in list(engine.llm_engine.list_loras()):
             engine.llm_engine.remove_lora(lora_id)
