@@ -45,7 +45,7 @@ from gymnasium.utils import seeding
 from pettingzoo import ParallelEnv
 
 from comlrl_env.spaces import TextSpace
-from rewards.joint import joint_text
+from rewards.joint import joint_text, text_blocks
 
 __all__ = ["AgentID", "TextParallelEnv", "joint_text"]
 
@@ -328,8 +328,12 @@ class TextParallelEnv(ParallelEnv[AgentID, str, str], metaclass=abc.ABCMeta):
         return dict(self._observations)
 
     def state(self) -> str:
-        """Joint text: every agent's observation, then (after a step) the last joint action (`joint_text`)."""
-        observations = "\n\n".join(f"[{a}]\n{self._observations.get(a, '')}" for a in self.possible_agents)
+        """Joint text: every agent's observation, then (after a step) the last joint action (`joint_text`).
+
+        Observations and actions are escaped (`rewards.joint.escape`): no text an agent wrote, even quoted
+        in its partner's observation, can pass for another block's header.
+        """
+        observations = text_blocks((a, self._observations.get(a, "")) for a in self.possible_agents)
         if not self.last_actions:
             return observations
         return joint_text(observations, {a: self.last_actions.get(a, "") for a in self.possible_agents})

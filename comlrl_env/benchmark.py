@@ -13,25 +13,33 @@ the policy made of saved Hugging Face agents; `comlrl-bench` joins the two:
     results = run_suite("smoke", {"demo": team}, episodes=32, out_dir="bench/")
     print(results["rows"][0]["reward_mean"], results["rows"][0]["reward_ci95"])
 
-Each environment plays `episodes` episodes (task instances 0..N-1 of a finite
-task set, or seeds `seed..seed+N-1` of a procedural one) in lockstep: one
-policy call per turn for the whole batch. Metrics per (policy, env):
+Each environment plays `episodes` task instances (instances 0..N-1 of a finite task set, or reset seeds
+`seed..seed+N-1` of a procedural one), each `samples_per_task` (k) times with the same instance and seed, in
+lockstep: one policy call per turn for the whole batch. Every 95% interval is over the task instances, the unit
+the benchmark samples (`comlrl_env.intervals`): k repeats of one instance are one unit, so they never narrow
+it. Each interval comes as `<name>_low`, `<name>_high` and `<name>_ci95` (the larger side). Metrics per
+(policy, env):
 
 - `reward_mean`: mean over episodes of the mean per-agent undiscounted return, with `reward_std` (over
-  episodes) and `reward_ci95`, the half-width of its 95% confidence interval (1.96 std / sqrt(episodes));
-- `episodes`: episodes played (task instances x `samples_per_task`);
-- `pass_at_k`: with `samples_per_task=k > 1` and a success threshold, the fraction of task instances
-  whose k episodes include a success;
+  episodes) and its interval `reward_*`: the t interval over per-task means (t quantile with tasks - 1
+  degrees of freedom), or, when every reward is 0 or 1, the Wilson interval of a rate (below);
+- `episodes`: episodes played (task instances x k); `tasks`: distinct task instances among them;
 - `success_rate`: fraction of episodes whose joint return reaches the env's
   `metadata["success_threshold"]` (pass@1 for code tasks), where defined;
+- `pass_at_k`: with k > 1 and a success threshold, the fraction of task instances whose k episodes include
+  a success;
 - `return_<agent>`: each seat's mean return (what tells players apart in a competitive game, where
   `reward_mean` is 0 for any zero-sum play);
 - `invalid_action_rate`: flagged agent actions / agent actions;
 - `tokens_per_episode`: generated tokens per episode, for policies that count them;
 - `episodes_per_second`;
-- `used_partner_info_rate` and its `used_partner_info_ci95` (over episodes), only for envs that report
+- `used_partner_info_rate` (interval `used_partner_info_*`), only for envs that report
   `infos[agent]["used_partner_info"]` (private-information tasks, `comlrl_env.info_flow`): the share of
   agent-answers that contain the partner's private part.
+
+Each rate (success, pass@k, invalid actions, used partner info) has the Wilson score interval at the effective
+sample size of its per-task counts, which never collapses at 0 or 1 (8 failures of 8: [0, 0.32]).
+`results.md` opens with this (`INTERVAL`), and its team table names the teams whose intervals overlap.
 
 `evaluate_policy(..., episodes_path=...)` (and `run_suite(..., record_episodes=True)`, into
 `out_dir/episodes/`) also writes one JSONL row per episode of such an env: `episode`, `task_index`, each
@@ -46,12 +54,12 @@ from __future__ import annotations
 
 import dataclasses
 import json
-import math
 import os
 import time
 from typing import Any, Callable, Sequence
 
 import matplotlib
+import numpy as np
 from tqdm.auto import tqdm
 
 matplotlib.use("Agg")  # files only, no display
@@ -59,16 +67,23 @@ import matplotlib.pyplot as plt  # noqa: E402
 
 from comlrl_env.base import AgentID, TextParallelEnv
 from comlrl_env.info_flow import episode_record, used_partner_info_rate, write_records
+from comlrl_env.intervals import Interval, mean_interval, rate_interval
 from comlrl_env.policies import FixedPolicy
 from comlrl_env.registry import make
 from comlrl_env.suites import suites
 
-__all__ = ["Episodes", "Policy", "empty_policy", "evaluate_policy", "fixed_team", "markdown_table", "play_episodes",
-           "run_suite", "scripted_policies", "seated", "team_table"]
+__all__ = ["Episodes", "Policy", "empty_policy", "evaluate_policy", "fixed_team", "interval_header", "markdown_table",
+           "play_episodes", "run_suite", "scripted_policies", "seated", "team_table"]
 
 Policy = Callable[[list[dict[AgentID, str]], list[TextParallelEnv]], list[dict[AgentID, str]]]
 METRICS = ("reward_mean", "success_rate", "invalid_action_rate", "tokens_per_episode", "episodes_per_second")
 OPTIONAL_METRICS = ("used_partner_info_rate",)  # columns of the table only where some row has them
+INTERVAL_KEYS = {"reward_mean": "reward", "used_partner_info_rate": "used_partner_info"}  # else the metric's
+INTERVAL = ("95% intervals over task instances (the k samples of a task are one unit, so repeats do not "
+            "narrow them): a reward's is the t interval over per-task means (t quantile, tasks - 1 degrees of "
+            "freedom; infinite for one task); a 0/1 reward's and each rate's (success, pass@k, invalid actions, "
+            "used partner info) is the Wilson score interval at the effective sample size of the per-task counts "
+            "(between the tasks and the trials; the tasks at a rate of 0 or 1).")
 
 
 def empty_policy(observations: list[dict[AgentID, str]], envs: list[TextParallelEnv]) -> list[dict[AgentID, str]]:
@@ -138,12 +153,16 @@ class Episodes:
     actions: dict[AgentID, int]  # actions taken (an agent's turns to move)
     seconds: float
     records: list[dict[str, Any]] = dataclasses.field(default_factory=list)  # empty when the env reports none
+    invalid_per_episode: list[int] = dataclasses.field(default_factory=list)  # flagged actions, all agents
+    actions_per_episode: list[int] = dataclasses.field(default_factory=list)  # actions taken, all agents
 
 
 def play_episodes(env: TextParallelEnv, policy: Policy, episodes: int, seed: int = 0,
                   samples_per_task: int = 1) -> Episodes:
     """Play `episodes` task instances of `env` (instances 0.. of a finite task set, else reset seeds
-    `seed + i`), each `samples_per_task` times, with `policy` in lockstep: one call per turn for the batch."""
+    `seed + i`), each `samples_per_task` times, with `policy` in lockstep: one call per turn for the batch.
+    Episode `j * episodes + i` is sample j of instance i: the same instance and reset seed for every j, so
+    the k samples differ only by the policy's (and a bot's) own randomness, on procedural envs too."""
     if episodes < 1 or samples_per_task < 1:
         raise ValueError(f"episodes and samples_per_task must be >= 1, got {episodes} and {samples_per_task}.")
     live: list[TextParallelEnv] = []
@@ -152,13 +171,14 @@ def play_episodes(env: TextParallelEnv, policy: Policy, episodes: int, seed: int
     for j in range(samples_per_task):
         for i in range(episodes):
             options = {"task_index": i % env.num_tasks} if env.num_tasks is not None else None
-            obs, _ = env.reset(seed=seed + i + j * episodes, options=options)
+            obs, _ = env.reset(seed=seed + i, options=options)
             live.append(env.clone())
             observations.append(obs)
     returns = [dict.fromkeys(e.possible_agents, 0.0) for e in live]
     forfeited: list[list[AgentID]] = [[] for _ in live]
     owner = list(range(len(live)))
     invalid, taken = dict.fromkeys(agents, 0), dict.fromkeys(agents, 0)
+    invalid_per_episode, actions_per_episode = [0] * len(live), [0] * len(live)
     records: list[dict[str, Any]] = []
     start = time.perf_counter()
     while live:
@@ -167,11 +187,13 @@ def play_episodes(env: TextParallelEnv, policy: Policy, episodes: int, seed: int
         for copy, act, k in zip(live, actions, owner):
             for agent in copy.to_move():  # a waiting agent's text is ignored: not an action
                 taken[agent] += 1
+                actions_per_episode[k] += 1
             obs, rew, term, trunc, infos = copy.step(act)
             for agent, r in rew.items():
                 returns[k][agent] += r
             for agent in act:
                 invalid[agent] += "invalid_action" in infos.get(agent, {})
+                invalid_per_episode[k] += "invalid_action" in infos.get(agent, {})
                 if infos.get(agent, {}).get("forfeit"):
                     forfeited[k].append(agent)
             record = episode_record(infos, act, returns[k])
@@ -183,46 +205,68 @@ def play_episodes(env: TextParallelEnv, policy: Policy, episodes: int, seed: int
                 next_owner.append(k)
         live, observations, owner = next_live, next_obs, next_owner
     records.sort(key=lambda row: row["episode"])
-    return Episodes(returns, forfeited, invalid, taken, time.perf_counter() - start, records)
+    return Episodes(returns, forfeited, invalid, taken, time.perf_counter() - start, records, invalid_per_episode,
+                    actions_per_episode)
 
 
 def evaluate_policy(env: str | TextParallelEnv, policy: Policy, episodes: int, seed: int = 0,
                     samples_per_task: int = 1, episodes_path: str | None = None) -> dict[str, float]:
     """Play `episodes` task instances of `env`, each `samples_per_task` times, with `policy` in lockstep
-    (`play_episodes`); return the metrics of the module docstring. With `episodes_path`, write the per-episode
-    info-flow rows there as JSONL (an env that reports no `used_partner_info` writes no file)."""
+    (`play_episodes`); return the metrics of the module docstring, with intervals over task instances (a
+    finite task set's instance `i % num_tasks`, else reset seed `seed + i`). With `episodes_path`, write the
+    per-episode info-flow rows there as JSONL (an env that reports no `used_partner_info` writes no file)."""
     template = make(env) if isinstance(env, str) else env
     tokens_before = getattr(policy, "tokens_generated", None)
     played_episodes = play_episodes(template, policy, episodes, seed, samples_per_task)
     returns, seconds = played_episodes.returns, played_episodes.seconds
     played = len(returns)
-    per_episode = [sum(r.values()) / len(r) for r in returns]
-    mean = sum(per_episode) / played
-    std = math.sqrt(sum((x - mean) ** 2 for x in per_episode) / (played - 1)) if played > 1 else 0.0
+    instance = np.arange(played) % episodes  # episode j * episodes + i is sample j of instance i
+    task = instance % template.num_tasks if template.num_tasks is not None else instance
+    per_task = lambda x: np.bincount(task, weights=np.asarray(x, dtype=float))  # noqa: E731
+    counts = per_task(np.ones(played))
+    per_episode = np.array([sum(r.values()) / len(r) for r in returns])
+    binary = bool(np.isin(per_episode, (0.0, 1.0)).all())  # 0/1 rewards: a rate, with an interval that fits
+    reward = (rate_interval if binary else mean_interval)(per_task(per_episode), counts)
     metrics = {
-        "reward_mean": mean,
-        "reward_std": std,
-        "reward_ci95": 1.96 * std / math.sqrt(played),
+        "reward_mean": float(reward.estimate),
+        "reward_std": float(per_episode.std(ddof=1)) if played > 1 else 0.0,
+        **_bounds("reward", reward),
         "episodes": float(played),
+        "tasks": float((counts > 0).sum()),
         "invalid_action_rate": sum(played_episodes.invalid.values()) / max(sum(played_episodes.actions.values()), 1),
         **{f"return_{agent}": sum(r[agent] for r in returns) / played for agent in template.possible_agents},
         "episodes_per_second": played / max(seconds, 1e-9),
     }
+    if sum(played_episodes.actions_per_episode):
+        metrics.update(_bounds("invalid_action_rate", rate_interval(per_task(played_episodes.invalid_per_episode),
+                                                                    per_task(played_episodes.actions_per_episode))))
     threshold = template.metadata.get("success_threshold")
     if threshold is not None:
-        success = [x >= threshold for x in per_episode]
-        metrics["success_rate"] = sum(success) / played
+        success = per_episode >= threshold
+        metrics["success_rate"] = float(success.mean())
+        metrics.update(_bounds("success_rate", rate_interval(per_task(success), counts)))
         if samples_per_task > 1:
-            metrics["pass_at_k"] = sum(any(success[i::episodes]) for i in range(episodes)) / episodes
+            passed = success.reshape(samples_per_task, episodes).any(0)  # per instance: a success in its k
+            at_k = rate_interval(np.bincount(task[:episodes], weights=passed.astype(float)),
+                                 np.bincount(task[:episodes]))
+            metrics["pass_at_k"] = float(at_k.estimate)
+            metrics.update(_bounds("pass_at_k", at_k))
     if tokens_before is not None:
         metrics["tokens_per_episode"] = (policy.tokens_generated - tokens_before) / played
-    flow = used_partner_info_rate(played_episodes.records)
+    flow = used_partner_info_rate(played_episodes.records, task=lambda row: int(task[row["episode"]]))
     if flow is not None:
-        metrics["used_partner_info_rate"], metrics["used_partner_info_ci95"] = flow
+        metrics["used_partner_info_rate"] = float(flow.estimate)
+        metrics.update(_bounds("used_partner_info", flow))
         if episodes_path is not None:
             os.makedirs(os.path.dirname(os.path.abspath(episodes_path)), exist_ok=True)
             write_records(episodes_path, played_episodes.records)
     return metrics
+
+
+def _bounds(name: str, interval: Interval) -> dict[str, float]:
+    """`<name>_low`, `<name>_high` and `<name>_ci95`, the larger side (`estimate ± ci95` holds the interval)."""
+    return {f"{name}_ci95": float(interval.half_width), f"{name}_low": float(interval.low),
+            f"{name}_high": float(interval.high)}
 
 
 def run_suite(
@@ -239,10 +283,11 @@ def run_suite(
     """Evaluate every policy (a team, by name; plus scripted reference rows) on every env of `suite`: a suite
     name, or a list of env ids and env instances.
 
-    Returns and writes to `out_dir` `results.json` (`metadata`, e.g. the settings, agents and versions, then
-    `rows`: one per env and team), `results.md` (mean ± 95% CI per team side by side, then every metric) and
-    `results.png` (the same means with their CIs). With `record_episodes` (and `out_dir`), each (env, team)
-    whose env reports `used_partner_info` also writes its per-episode rows to
+    Returns and writes to `out_dir` `results.json` (`metadata`, e.g. the settings, agents and versions,
+    `interval`: how the intervals are made, then `rows`: one per env and team), `results.md` (that method,
+    then the mean reward and its 95% interval per team side by side with the teams it cannot tell apart, then
+    every metric) and `results.png` (the same means with their intervals). With `record_episodes` (and
+    `out_dir`), each (env, team) whose env reports `used_partner_info` also writes its per-episode rows to
     `out_dir/episodes/<env>__<team>.jsonl` (`/` in names written as `_`).
     """
     if isinstance(suite, str) and suite not in suites:
@@ -262,35 +307,57 @@ def run_suite(
         metrics = evaluate_policy(env, policy, episodes, seed, samples_per_task, episodes_path=path)
         rows.append({"env": name, "team": team, "policy": team, **metrics})
     results = {**(metadata or {}), "suite": suite if isinstance(suite, str) else None, "episodes": episodes,
-               "samples_per_task": samples_per_task, "seed": seed, "rows": rows}
+               "samples_per_task": samples_per_task, "seed": seed, "interval": INTERVAL, "rows": rows}
     if out_dir is not None:
         os.makedirs(out_dir, exist_ok=True)
         with open(os.path.join(out_dir, "results.json"), "w", encoding="utf-8") as f:
             json.dump(results, f, indent=2, default=str)
         with open(os.path.join(out_dir, "results.md"), "w", encoding="utf-8") as f:
-            f.write(team_table(rows) + "\n" + markdown_table(rows))
+            f.write(interval_header(results) + "\n" + team_table(rows) + "\n" + markdown_table(rows))
         _chart(rows, os.path.join(out_dir, "results.png"), _title(results))
     return results
 
 
+def interval_header(results: dict[str, Any]) -> str:
+    """What the tables' intervals are: their unit (task instances) and method, for the top of the output."""
+    return (f"{results['episodes']} task instances per env, each played {results['samples_per_task']} time(s). "
+            f"{INTERVAL}\n")
+
+
+def _cell(row: dict[str, Any], metric: str) -> str:
+    """`mean ± half-width` for a symmetric interval, `mean [low, high]` for another (Wilson's), else `mean`."""
+    key = INTERVAL_KEYS.get(metric, metric)
+    if f"{key}_low" not in row:
+        return f"{row[metric]:.3f}"
+    mean, low, high = row[metric], row[f"{key}_low"], row[f"{key}_high"]
+    if np.isclose(mean - low, high - mean):
+        return f"{mean:.3f} ± {high - mean:.3f}"
+    return f"{mean:.3f} [{low:.3f}, {high:.3f}]"
+
+
 def team_table(rows: list[dict[str, Any]]) -> str:
-    """One line per env, one column per team: mean reward ± the half-width of its 95% CI."""
+    """One line per env, one column per team: mean reward and its 95% interval; the last column names the
+    teams whose intervals overlap, which this many tasks cannot tell apart."""
     teams = list(dict.fromkeys(r["team"] for r in rows))
-    lines = ["| env | " + " | ".join(teams) + " |", "|---|" + "---|" * len(teams)]
+    lines = ["| env | " + " | ".join(teams) + " | not told apart (intervals overlap) |",
+             "|---|" + "---|" * (len(teams) + 1)]
     for env in dict.fromkeys(r["env"] for r in rows):
-        cells = [next((f"{r['reward_mean']:.3f} ± {r['reward_ci95']:.3f}" for r in rows
-                       if r["env"] == env and r["team"] == t), "-") for t in teams]
-        lines.append(f"| {env} | " + " | ".join(cells) + " |")
+        mine = {r["team"]: r for r in rows if r["env"] == env}
+        cells = [_cell(mine[t], "reward_mean") if t in mine else "-" for t in teams]
+        close = [f"{a} ~ {b}" for i, a in enumerate(mine) for b in list(mine)[i + 1:]
+                 if mine[a]["reward_low"] <= mine[b]["reward_high"] and mine[b]["reward_low"] <= mine[a]["reward_high"]]
+        lines.append(f"| {env} | " + " | ".join(cells) + f" | {', '.join(close) or '-'} |")
     return "\n".join(lines) + "\n"
 
 
 def markdown_table(rows: list[dict[str, Any]]) -> str:
-    """One line per (env, team); '-' where a metric is not defined."""
+    """One line per (env, team); a rate with an interval shows it as `rate [low, high]`; '-' where a metric is
+    not defined."""
     optional = [m for m in OPTIONAL_METRICS if any(m in r for r in rows)]
-    metrics = ("reward_mean", "reward_ci95", "episodes", *METRICS[1:], *optional)
+    metrics = ("reward_mean", "episodes", "tasks", *METRICS[1:], *optional)
     lines = ["| env | policy | " + " | ".join(metrics) + " |", "|---|---|" + "---|" * len(metrics)]
     for r in rows:
-        cells = [f"{r[m]:.3f}" if m in r else "-" for m in metrics]
+        cells = [_cell(r, m) if m in r else "-" for m in metrics]
         lines.append(f"| {r['env']} | {r['team']} | " + " | ".join(cells) + " |")
     return "\n".join(lines) + "\n"
 
@@ -298,8 +365,15 @@ def markdown_table(rows: list[dict[str, Any]]) -> str:
 def _title(results: dict[str, Any]) -> str:
     settings = results.get("settings") or {}
     shown = ", ".join(f"{k}={v}" for k, v in settings.items() if v is not None)
-    return f"mean reward ± 95% CI, {results['episodes']} tasks x {results['samples_per_task']}" + (
+    return f"mean reward, 95% interval over tasks, {results['episodes']} tasks x {results['samples_per_task']}" + (
         f"\n{shown}" if shown else "")
+
+
+def _error_bars(rows: list[dict[str, Any] | None]) -> np.ndarray:
+    """(2, n) distances from each mean down to its low and up to its high (0 where infinite: one task)."""
+    bars = np.array([[r["reward_mean"] - r["reward_low"], r["reward_high"] - r["reward_mean"]] if r else [0, 0]
+                     for r in rows], dtype=float).T
+    return np.where(np.isfinite(bars), bars, 0.0)
 
 
 def _chart(rows: list[dict[str, Any]], path: str, title: str) -> None:
@@ -310,7 +384,7 @@ def _chart(rows: list[dict[str, Any]], path: str, title: str) -> None:
     for j, name in enumerate(names):
         picked = [next((r for r in rows if r["env"] == e and r["team"] == name), None) for e in envs]
         ax.bar([i + j * width for i in range(len(envs))], [r["reward_mean"] if r else 0.0 for r in picked], width,
-               yerr=[r["reward_ci95"] if r else 0.0 for r in picked], capsize=3, label=name)
+               yerr=_error_bars(picked), capsize=3, label=name)
     ax.set_xticks([i + width * (len(names) - 1) / 2 for i in range(len(envs))])
     ax.set_xticklabels(envs, rotation=20, ha="right", fontsize=8)
     ax.set_ylabel("mean reward")

@@ -16,10 +16,12 @@ files hold); `used_partner_info_rate` aggregates rows:
 from __future__ import annotations
 
 import json
-import math
-from typing import Any, Iterable, Mapping
+from typing import Any, Callable, Hashable, Iterable, Mapping
+
+import numpy as np
 
 from comlrl_env.base import AgentID
+from comlrl_env.intervals import Interval, rate_interval
 
 __all__ = ["MESSAGE_KEY", "USED_KEY", "episode_record", "used_partner_info_rate", "write_records"]
 
@@ -55,26 +57,28 @@ def episode_record(infos: Mapping[AgentID, Mapping[str, Any]], actions: Mapping[
     }
 
 
-def used_partner_info_rate(records: Iterable[Mapping[str, Any]]) -> tuple[float, float] | None:
-    """`(rate, ci95)` over the agent-answers of `records` (rows of `episode_record`), None without any.
+def used_partner_info_rate(records: Iterable[Mapping[str, Any]],
+                           task: Callable[[Mapping[str, Any]], Hashable] | None = None) -> Interval | None:
+    """The rate over the agent-answers of `records` (rows of `episode_record`) with its 95% interval, None
+    without any.
 
-    `rate` is the share of agent-answers that used the partner's information; `ci95` is the half-width of its
-    95% confidence interval over episodes, 1.96 std / sqrt(n) of the per-episode shares (each episode counts
-    once, as `reward_ci95` does). Example: flags [True, False] and [True, True] -> rate 0.75, shares
-    [0.5, 1.0].
+    The rate is the share of agent-answers that used the partner's information. Its interval is over task
+    instances (`comlrl_env.intervals.rate_interval`: Wilson at the effective sample size of the per-task
+    counts): `task(row)` names a row's task (the benchmark's k samples of one instance share one); by default
+    each row is its own. Example: flags [True, False] and [True, True] -> rate 0.75 (3 of 4).
     """
-    shares, used, total = [], 0, 0
-    for row in records:
+    used: dict[Hashable, int] = {}
+    total: dict[Hashable, int] = {}
+    for n, row in enumerate(records):
         flags = list(row["used_partner_info"].values())
         if flags:
-            shares.append(sum(flags) / len(flags))
-            used, total = used + sum(flags), total + len(flags)
+            key = task(row) if task is not None else n
+            used[key] = used.get(key, 0) + sum(flags)
+            total[key] = total.get(key, 0) + len(flags)
     if not total:
         return None
-    n = len(shares)
-    mean = sum(shares) / n
-    std = math.sqrt(sum((s - mean) ** 2 for s in shares) / (n - 1)) if n > 1 else 0.0
-    return used / total, 1.96 * std / math.sqrt(n)
+    interval = rate_interval(np.array([used[k] for k in total]), np.array(list(total.values())))
+    return Interval(*(float(x) for x in interval))
 
 
 def write_records(path: str, records: Iterable[Mapping[str, Any]], extra: Mapping[str, Any] | None = None,

@@ -12,7 +12,11 @@
 - Sampling defaults to the settings each team was trained with (its `comlrl_env.json`, one value or one per
   agent); `--temperature`, `--top-p`, `--top-k`, `--max-new-tokens`, `--greedy` and `--seed` override them for
   every team. The first four take one value, or one per agent (`--temperature 0.7 1.0`).
-  `--samples-per-task k` plays each task instance k times (pass@k for code tasks).
+  `--episodes` (default 32) is the number of task instances per env; `--samples-per-task k` plays each
+  instance k times, on procedural envs too (the same reset seed), for pass@k. Every 95% interval is over the
+  task instances, so k repeats of one instance never narrow it: a reward's is the t interval over per-task
+  means, a 0/1 reward's and each rate's the Wilson interval at the effective sample size (the output's first
+  line says so). The team table names the teams whose intervals overlap: more episodes would tell them apart.
 
 Writes `results.json` (settings, agents with a content hash, versions, rows), `results.md` and `results.png`;
 with `--record-episodes`, for tasks that report what agents told each other (`comlrl_env.info_flow`), also
@@ -21,9 +25,9 @@ information, and returns.
 
 `--league` plays a round robin instead (`comlrl_env.league`): on every two-player game with a winner, each
 pair of the teams and the game's reference bots (random, MCTS where it applies) plays `--episodes` episodes
-in each seat order; it prints each pair's win, draw and loss rates and every player's Elo rating with a 95%
-bootstrap interval, per game and over all games, and writes `league.json` and `league.md`. `--agents` may
-then be left out (a league of the bots).
+in each seat order; it prints each pair's win, draw and loss rates, every player's Elo rating and each
+game's first-move edge (fitted jointly) with 95% profile-likelihood intervals, per game and over all games,
+and writes `league.json` and `league.md`. `--agents` may then be left out (a league of the bots).
 """
 
 from __future__ import annotations
@@ -39,7 +43,7 @@ import transformers
 
 import comlrl_env
 from comlrl_env import TextParallelEnv
-from comlrl_env.benchmark import markdown_table, run_suite, team_table
+from comlrl_env.benchmark import interval_header, markdown_table, run_suite, team_table
 from comlrl_env.league import league_table, run_league
 from comlrl_env.suites import suites
 from learners.models.policy import AgentPolicy, agent_dirs, content_hash, saved_settings
@@ -55,8 +59,10 @@ def main(argv: list[str] | None = None) -> int:
                         help="one team per use: a save_model output dir or its agent dirs")
     parser.add_argument("--league", action="store_true",
                         help="round robin with win/draw/loss rates and Elo, between the teams and the games' bots")
-    parser.add_argument("--episodes", type=int, default=8, help="task instances per env")
-    parser.add_argument("--samples-per-task", type=int, default=1)
+    parser.add_argument("--episodes", type=int, default=32,
+                        help="task instances per env (in a league: episodes per seat order)")
+    parser.add_argument("--samples-per-task", type=int, default=1,
+                        help="plays each task instance k times (the same reset seed): pass@k")
     parser.add_argument("--out", required=True)
     parser.add_argument("--greedy", action="store_true")
     parser.add_argument("--seed", type=int, default=0)
@@ -93,7 +99,8 @@ def main(argv: list[str] | None = None) -> int:
         return 0
     results = run_suite(envs, teams, args.episodes, args.out, args.seed,
                         samples_per_task=args.samples_per_task, metadata=metadata, record_episodes=args.record_episodes)
-    print(team_table(results["rows"]) + "\n" + markdown_table(results["rows"]), end="")
+    print(interval_header(results) + "\n" + team_table(results["rows"]) + "\n" + markdown_table(results["rows"]),
+          end="")
     print(f"wrote {args.out}/results.json, results.md, results.png")
     return 0
 

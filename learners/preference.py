@@ -4,11 +4,13 @@ One preference stage, then a policy phase:
 
 1. the current agents sample `preference_num_candidates` joint answers per task
    instance (one batched generate per agent, as the rollout engine does);
-2. pairs (winner, loser) are labelled by the task reward (ties dropped) and
-   selected by `pair_selection`;
-3. a `rewards.RewardModel` (backbone from `reward_model_name`, scalar head on
-   the last non-padding token) is trained with the Bradley-Terry loss
-   -mean log sigmoid(s_w - s_l); its accuracy on held-out pairs is logged;
+2. pairs (winner, loser) of two different texts are labelled by the task reward
+   (ties dropped) and selected by `pair_selection` (`rewards.preferences`);
+3. a `rewards.RewardModel` (backbone from `reward_model_name`, float32 unless
+   `reward_model_config` says otherwise, scalar head on the last non-padding
+   token) is trained with the Bradley-Terry loss -mean log sigmoid(s_w - s_l);
+   its accuracy is logged on held-out comparisons, set aside before replay
+   draws and never trained on;
 4. the model is frozen and its score of the joint answer replaces the task
    reward in the chosen RL learner (`rl_algorithm`: MAGRPO and its advantage
    variants, IAC or MAAC; their code is reused, not copied). Evaluation always
@@ -41,59 +43,20 @@ from learners.loop.learner import Learner
 from learners.loop.optim import accumulate_gradients, adamw, gradient_step
 from learners.models.agents import hub_progress_hidden, load_causal_lm, model_name
 from learners.parallel.placement import check_device
-from learners.preference_config import PAIR_SELECTIONS, MARLHFConfig, MARLHFIterConfig
+from learners.preference_config import MARLHFConfig, MARLHFIterConfig
 from learners.rollout import Rollout, RolloutEngine
 from rewards.models import RewardModel, bradley_terry_loss, joint_text
+from rewards.preferences import (
+    candidate_pairs,
+    heldout_split,
+    matched_pairs,
+    replay_draw,
+    replay_weights,
+    select_pairs,
+)
 
 __all__ = ["MARLHF", "MARLHFConfig", "MARLHFIter", "MARLHFIterConfig", "MARLHFIterTrainer", "MARLHFTrainer",
-           "replay_weights", "select_pairs"]
-
-# ----- pure functions ---------------------------------------------------------------------------
-
-
-def select_pairs(
-    rewards: Sequence[float], pairs_per_sample: int | None, selection: str, generator: torch.Generator | None = None
-) -> list[tuple[int, int]]:
-    """Ordered (winner, loser) index pairs among one task instance's candidates.
-
-    Every (w, l) with r_w > r_l is a candidate pair (ties dropped); "reward_gap" sorts them by
-    r_w - r_l (largest first, stable), "random" shuffles them, "all" keeps index order; then the
-    first `pairs_per_sample` are kept. Example: r = [1, 0, 1] -> (0,1), (2,1) with gaps 1, 1.
-    """
-    pairs = [(w, l) for w in range(len(rewards)) for l in range(len(rewards)) if rewards[w] > rewards[l]]
-    if selection == "reward_gap":
-        pairs.sort(key=lambda p: rewards[p[1]] - rewards[p[0]])
-    elif selection == "random":
-        pairs = [pairs[i] for i in torch.randperm(len(pairs), generator=generator).tolist()]
-    elif selection != "all":
-        raise ValueError(f"selection must be one of {PAIR_SELECTIONS}, got {selection!r}.")
-    return pairs if pairs_per_sample is None else pairs[:pairs_per_sample]
-
-
-def replay_weights(sizes: Sequence[int], mode: str, k: int | None = None, lam: float | None = None) -> list[float]:
-    """Sampling weight of each pair shard (oldest first; `sizes[i]` pairs in shard i). Empty shards weigh 0.
-
-    current: only the newest shard; nearest_k: the newest k non-empty shards, equally; all_history:
-    every non-empty shard, equally; lambda_decay: w_a proportional to (1 - lam) lam^a by age a (newest
-    a = 0; an empty shard keeps its age), uniform when lam = 1. All zeros when no shard qualifies.
-    Example: sizes [5, 3, 0], nearest_k with k = 1 -> [0, 1, 0] (the newest non-empty shard).
-    """
-    ages = list(reversed(range(len(sizes))))
-    if mode == "current":
-        w = [1.0 if a == 0 else 0.0 for a in ages]
-    elif mode == "nearest_k":
-        newest = [i for i in reversed(range(len(sizes))) if sizes[i] > 0][: k or 1]
-        w = [1.0 if i in newest else 0.0 for i in range(len(sizes))]
-    elif mode == "all_history":
-        w = [1.0] * len(sizes)
-    elif mode == "lambda_decay":
-        w = [1.0] * len(sizes) if lam == 1 else [(1 - lam) * lam**a for a in ages]
-    else:
-        raise ValueError(f"unknown replay mode {mode!r}.")
-    w = [x if n > 0 else 0.0 for x, n in zip(w, sizes)]
-    total = sum(w)
-    return [x / total for x in w] if total > 0 else [0.0] * len(sizes)
-
+           "replay_weights", "select_pairs"]  # the pair functions live in rewards.preferences
 
 # ----- the learners ------------------------------------------------------------------------------
 
@@ -215,8 +178,7 @@ class MARLHF:
             return rollout
         if int(rollout.turn.max()) > 0:
             raise ValueError("a learned reward model scores single-turn episodes only; set num_turns=1.")
-        texts, _ = self._label(rollout, None)
-        scores = self.reward_model.score(texts)
+        scores = self.reward_model.score(self._texts(rollout))
         if self.reward_normalization is not None:
             mean, std = self.reward_normalization
             scores = (scores - mean) / std
@@ -237,11 +199,13 @@ class MARLHF:
         self.policy.args.num_train_epochs = max(self.policy.epoch, phase_end)
 
     def load_reward_model(self) -> RewardModel:
-        """A fresh reward model from `reward_model_name` (backbone + a new scalar head) on its device."""
+        """A fresh reward model from `reward_model_name` (backbone + a new scalar head) on its device, loaded as
+        `reward_model_config` says (float32 weights by default; bf16 autocast with `mixed_precision="bf16"`)."""
         with hub_progress_hidden():
             return RewardModel.from_pretrained(self.reward_model_source, device=self.reward_device,
                                                freeze_backbone=self.args.reward_freeze_backbone,
-                                               max_length=self.args.reward_max_length)
+                                               max_length=self.args.reward_max_length,
+                                               **self.args.reward_model_loading())
 
     def train(self, **kwargs: Any) -> dict[str, float]:
         """Alias of `learn()`."""
@@ -271,14 +235,15 @@ class MARLHF:
         pairs, scores = self.collect_pairs(self._pair_scorer())
         self.shards.append(pairs)
         self._write_shard(pairs)
-        training_pairs = self._replay()
+        training_pairs, heldout = self.split_pairs()
         metrics = {"preference/iteration": float(self.iteration), "preference/current_pairs": float(len(pairs)),
                    "preference/train_pairs": float(len(training_pairs)),
+                   "preference/heldout_pairs": float(len(heldout)),
                    "preference/total_pairs": float(sum(len(s) for s in self.shards)),
                    "preference/stage_without_pairs": float(not training_pairs)}
         if training_pairs:
             self.reward_model = self.load_reward_model()
-            metrics.update(self.train_reward_model(training_pairs))
+            metrics.update(self.train_reward_model(training_pairs, heldout))
             self.reward_model.eval().requires_grad_(False)
             if cfg.reward_normalization:
                 candidate_scores = self.reward_model.score(scores)
@@ -294,7 +259,12 @@ class MARLHF:
         return metrics
 
     def collect_pairs(self, scorer: RewardModel | None = None) -> tuple[list[dict[str, Any]], list[str]]:
-        """Sample candidates for every task instance and return the selected pairs and all candidate texts."""
+        """Sample candidates for every task instance and return the selected pairs and all candidate texts.
+
+        Pairs hold two different texts, each comparison once (`rewards.preferences`). With a `scorer`, every
+        distinct text of a rollout batch (current and comparator candidates) is scored once, in one call, so
+        equal texts tie exactly.
+        """
         cfg, policy = self.args, self.policy
         P = cfg.preference_num_candidates
         gen = torch.Generator().manual_seed(cfg.seed * 31 + self.iteration)
@@ -307,44 +277,45 @@ class MARLHF:
             twins = [r.clone() for r in roots] if comparator is not None else None
             current = policy.engine.collect(roots, P, "tree", "aligned", 1.0)
             policy.env_steps += current.num_joint_actions
-            texts, rewards = self._label(current, scorer)
+            texts = self._texts(current)
             texts_all += texts
-            if comparator is None:
-                for b in range(len(roots)):
-                    rows = (current.task == b).nonzero().squeeze(1).tolist()
-                    chosen = select_pairs([rewards[r] for r in rows], cfg.preference_pairs_per_sample,
-                                          cfg.pair_selection, gen)
-                    pairs += [self._pair(texts[rows[w]], texts[rows[l]], rewards[rows[w]], rewards[rows[l]])
-                              for w, l in chosen]
-            else:
-                other = comparator.collect(twins, cfg.comparator_num_candidates or P, "tree", "aligned", 1.0)
-                other_texts, other_rewards = self._label(other, scorer)
-                for b in range(len(roots)):
-                    mine = (current.task == b).nonzero().squeeze(1).tolist()
-                    theirs = (other.task == b).nonzero().squeeze(1).tolist()
-                    matched = []  # index-matched current_i vs comparator_i; the higher reward wins
-                    for i, j in zip(mine, theirs):
-                        if rewards[i] != other_rewards[j]:
-                            win = rewards[i] > other_rewards[j]
-                            matched.append(self._pair(texts[i] if win else other_texts[j], other_texts[j] if win else texts[i],
-                                                      max(rewards[i], other_rewards[j]), min(rewards[i], other_rewards[j])))
-                    if cfg.pair_selection == "reward_gap":
-                        matched.sort(key=lambda p: p["loser_reward"] - p["winner_reward"])
-                    elif cfg.pair_selection == "random":
-                        matched = [matched[i] for i in torch.randperm(len(matched), generator=gen).tolist()]
-                    pairs += matched[: cfg.preference_pairs_per_sample]
+            other = comparator.collect(twins, cfg.comparator_num_candidates or P, "tree", "aligned", 1.0) \
+                if comparator is not None else None
+            other_texts = self._texts(other) if other is not None else []
+            rewards = self._rewards([current] + ([other] if other is not None else []), texts + other_texts, scorer)
+            rewards, other_rewards = rewards[:len(texts)], rewards[len(texts):]
+            for b in range(len(roots)):
+                mine = (current.task == b).nonzero().squeeze(1).tolist()
+                if other is None:
+                    pairs += candidate_pairs([texts[i] for i in mine], [rewards[i] for i in mine],
+                                             cfg.preference_pairs_per_sample, cfg.pair_selection, gen)
+                    continue
+                theirs = (other.task == b).nonzero().squeeze(1).tolist()
+                pairs += matched_pairs([(texts[i], rewards[i]) for i in mine],
+                                       [(other_texts[j], other_rewards[j]) for j in theirs],
+                                       cfg.preference_pairs_per_sample, cfg.pair_selection, gen)
         return pairs, texts_all
 
-    def train_reward_model(self, pairs: list[dict[str, Any]]) -> dict[str, float]:
+    def split_pairs(self) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
+        """This stage's training pairs (replay's draw) and held-out pairs, held out before replay draws.
+
+        Held-out pairs are `reward_heldout_fraction` of the distinct comparisons replay may draw from (none
+        under 10; `rewards.preferences.heldout_split`), and no training pair repeats one of them.
+        """
+        cfg = self.args
+        weights = self._replay_weights()
+        gen = torch.Generator().manual_seed(cfg.seed * 131 + self.iteration)
+        heldout, shards = heldout_split(self.shards, weights, cfg.reward_heldout_fraction, gen)
+        return self._replay(shards), heldout
+
+    def train_reward_model(self, pairs: list[dict[str, Any]],
+                           heldout: Sequence[dict[str, Any]] = ()) -> dict[str, float]:
         """Bradley-Terry training on `pairs`; returns the loss and the train accuracy (as the last epoch scored
-        its batches) and held-out accuracy."""
-        cfg, rm = self.args, self.reward_model
+        its batches) and the accuracy on `heldout`. The gradients are dropped after the last step."""
+        cfg, rm, train = self.args, self.reward_model, pairs
         if not pairs:
             return {"preference/reward_model_loss": float("nan")}
-        gen = torch.Generator().manual_seed(cfg.seed * 131 + self.iteration)
-        order = torch.randperm(len(pairs), generator=gen).tolist()
-        n_held = int(len(pairs) * cfg.reward_heldout_fraction) if len(pairs) >= 10 else 0
-        held, train = [pairs[i] for i in order[:n_held]], [pairs[i] for i in order[n_held:]]
+        gen = torch.Generator().manual_seed(cfg.seed * 137 + self.iteration)
         params = [p for p in rm.parameters() if p.requires_grad]
         optimizer = adamw(params, cfg.reward_learning_rate)
 
@@ -365,26 +336,29 @@ class MARLHF:
                 gradient_step(rm, optimizer, len(idx), max_grad_norm=None)
                 losses.append(loss)
                 accuracies.append(accuracy * len(idx))
+        optimizer.zero_grad(set_to_none=True)  # the frozen model keeps no model-sized gradient buffers
         rm.eval()
         metrics = {"preference/reward_model_loss": sum(losses) / len(losses),
                    "preference/reward_model_accuracy_train": sum(accuracies) / len(train)}
-        if held:
-            metrics["preference/reward_model_accuracy_heldout"] = _accuracy(rm, held)
+        if heldout:
+            metrics["preference/reward_model_accuracy_heldout"] = _accuracy(rm, list(heldout))
         return metrics
 
     # ----- helpers -----------------------------------------------------------------------------------
 
-    def _label(self, rollout: Rollout, scorer: RewardModel | None) -> tuple[list[str], list[float]]:
+    @staticmethod
+    def _texts(rollout: Rollout) -> list[str]:
+        """Each sample's joint text: the state it acted from and every agent's completion."""
         A = len(rollout.samples)
-        texts = [joint_text(rollout.states[s], [rollout.samples[a].completions[s] for a in range(A)])
-                 for s in range(rollout.num_samples)]
-        if scorer is not None:
-            return texts, scorer.score(texts).tolist()
-        return texts, rollout.rewards.mean(0).tolist()  # the team's task reward
+        return [joint_text(rollout.states[s], [rollout.samples[a].completions[s] for a in range(A)])
+                for s in range(rollout.num_samples)]
 
     @staticmethod
-    def _pair(winner: str, loser: str, rw: float, rl: float) -> dict[str, Any]:
-        return {"winner": winner, "loser": loser, "winner_reward": rw, "loser_reward": rl}
+    def _rewards(rollouts: list[Rollout], texts: list[str], scorer: RewardModel | None) -> list[float]:
+        """The `scorer`'s score of `texts` (each distinct text once), else the team's task reward of each sample."""
+        if scorer is not None:
+            return scorer.score(texts).tolist()
+        return [r for rollout in rollouts for r in rollout.rewards.mean(0).tolist()]
 
     def _pair_scorer(self) -> RewardModel | None:
         return None
@@ -392,8 +366,13 @@ class MARLHF:
     def _comparator_engine(self) -> RolloutEngine | None:
         return None
 
-    def _replay(self) -> list[dict[str, Any]]:
-        return self.shards[-1]
+    def _replay_weights(self) -> list[float]:
+        """Which shards this stage trains on: the newest only."""
+        return replay_weights([len(s) for s in self.shards], "current")
+
+    def _replay(self, shards: list[list[dict[str, Any]]]) -> list[dict[str, Any]]:
+        """The training pairs drawn from `shards` (the held-out comparisons removed): the newest shard."""
+        return shards[-1]
 
     def _write_shard(self, pairs: list[dict[str, Any]]) -> None:
         pass
@@ -431,26 +410,24 @@ class MARLHFIter(MARLHF):
                 models.append(twin.eval().requires_grad_(False))
         return RolloutEngine(models, self.tokenizers, self.policy.engine.settings, self.policy.engine.fixed)
 
-    def _replay(self) -> list[dict[str, Any]]:
+    def _replay_weights(self) -> list[float]:
+        cfg: MARLHFIterConfig = self.args
+        return replay_weights([len(s) for s in self.shards], cfg.preference_replay_mode, cfg.preference_replay_k,
+                              cfg.preference_replay_lambda)
+
+    def _replay(self, shards: list[list[dict[str, Any]]]) -> list[dict[str, Any]]:
+        """`preference_replay_sample_size` pairs (None: the newest shard's count) drawn from `shards` by the
+        replay weights, without replacement within a shard until it is used up (`rewards.preferences.replay_draw`)."""
         cfg: MARLHFIterConfig = self.args
         if cfg.preference_replay_mode == "current":
-            return self.shards[-1]
-        weights = replay_weights([len(s) for s in self.shards], cfg.preference_replay_mode, cfg.preference_replay_k,
+            return shards[-1]
+        weights = replay_weights([len(s) for s in shards], cfg.preference_replay_mode, cfg.preference_replay_k,
                                  cfg.preference_replay_lambda)
         usable = [i for i, w in enumerate(weights) if w > 0]
         if not usable:
             return []
-        size = cfg.preference_replay_sample_size or len(self.shards[-1]) or len(self.shards[usable[-1]])
-        gen = torch.Generator().manual_seed(cfg.seed * 977 + self.iteration)
-        queues: dict[int, list[int]] = {}
-        out = []
-        w = torch.tensor([weights[i] for i in usable])
-        for _ in range(size):
-            shard = usable[int(torch.multinomial(w, 1, generator=gen))]
-            if not queues.get(shard):  # sample without replacement, cycling reshuffled copies
-                queues[shard] = torch.randperm(len(self.shards[shard]), generator=gen).tolist()
-            out.append(self.shards[shard][queues[shard].pop()])
-        return out
+        size = cfg.preference_replay_sample_size or len(shards[-1]) or len(shards[usable[-1]])
+        return replay_draw(shards, weights, size, torch.Generator().manual_seed(cfg.seed * 977 + self.iteration))
 
     def _write_shard(self, pairs: list[dict[str, Any]]) -> None:
         directory = self.args.preference_replay_dir

@@ -15,11 +15,14 @@ import dataclasses
 import functools
 from typing import Any, ClassVar
 
+import torch
+
 from learners.actor_critic import IAC, MAAC, IACConfig, MAACConfig
 from learners.loop.config import LearnerConfig, canonicalize
 from learners.loop.learner import Learner
 from learners.reinforce import MAGRPO, MAGRPOConfig
 from learners.rollout.settings import Number
+from rewards.preferences import PAIR_SELECTIONS
 
 __all__ = ["MARLHFConfig", "MARLHFIterConfig", "RL_ALGORITHMS"]
 
@@ -28,11 +31,12 @@ RL_ALGORITHMS: dict[str, tuple[type[Learner], str | None]] = {
     "iac": (IAC, None), "maac": (MAAC, None),
 }
 """Policy learners by name, with the advantage mode each fixes (MAGRPO's)."""
+REWARD_MODEL_KEYS = frozenset({"dtype", "torch_dtype", "attn_implementation", "model_kwargs"})
+"""The keys `MARLHFConfig.reward_model_config` accepts."""
 SHARED_FIELDS = frozenset(f.name for f in dataclasses.fields(LearnerConfig))
 BACKEND_FIELDS = frozenset(f.name for cls in (MAGRPOConfig, IACConfig, MAACConfig)
                            for f in dataclasses.fields(cls)) - SHARED_FIELDS
 """Fields of a policy learner's config that MARLHFConfig also accepts flat, and moves into `policy_args`."""
-PAIR_SELECTIONS = ("reward_gap", "random", "all")
 
 
 def _accepts_backend_fields(cls: type) -> type:
@@ -67,6 +71,11 @@ class MARLHFConfig(LearnerConfig):
     """Hub id or local causal-LM dir of the reward model's backbone; None: the first agent's id."""
     reward_model_device: str | None = None
     """Device of the reward model; None: the first agent's device (never a hard-coded GPU)."""
+    reward_model_config: dict[str, Any] | None = None
+    """How the reward model loads, as `model_config` for the agents: `dtype` (or `torch_dtype`),
+    `attn_implementation`, `model_kwargs`. Its `dtype` defaults to "float32" (full-precision weights, whatever
+    the checkpoint's dtype: in pure bf16 most updates at lr 1e-5 round away); "auto" keeps the checkpoint's.
+    With `mixed_precision="bf16"` it runs under bf16 autocast over those weights."""
     reward_learning_rate: float = 1e-5
     """AdamW learning rate of the reward model."""
     reward_num_train_epochs: int = 1
@@ -74,13 +83,15 @@ class MARLHFConfig(LearnerConfig):
     reward_train_batch_size: int = 8
     """Pairs per reward-model optimizer step."""
     reward_max_length: int | None = None
-    """Truncate joint texts (from the left) to this many tokens for the reward model."""
+    """Cut joint texts to this many tokens for the reward model: every header stays and each block (observation,
+    agent answer) keeps its last tokens, up to a fair share (`rewards.encode_joint_texts`); None keeps them whole."""
     reward_freeze_backbone: bool = False
     """Train only the reward head."""
     reward_normalization: bool = False
     """Standardize reward-model scores with the mean/std of the preference candidates' scores."""
     reward_heldout_fraction: float = 0.1
-    """Pairs held out to measure the reward model's accuracy each stage."""
+    """Distinct comparisons held out to measure the reward model's accuracy each stage (none below 10), drawn
+    before replay: no training pair repeats a held-out pair's two texts."""
     preference_num_candidates: int = 8
     """Joint answers sampled per task instance to form pairs (the reference defaulted to 80)."""
     preference_pairs_per_sample: int | None = 16
@@ -121,8 +132,32 @@ class MARLHFConfig(LearnerConfig):
         if self.collaboration_mode != "decentralized":
             raise ValueError(f"collaboration_mode {self.collaboration_mode!r} is not supported; use 'decentralized'.")
         canonicalize(self, "pair_selection", PAIR_SELECTIONS)
+        self._check_reward_model_config()
         if self.pair_selection == "all" and self.preference_pairs_per_sample is not None:
             raise ValueError("pair_selection='all' keeps every pair: set preference_pairs_per_sample=None.")
+
+    def _check_reward_model_config(self) -> None:
+        conf = self.reward_model_config
+        if conf is None:
+            return
+        if not isinstance(conf, dict):
+            raise TypeError(f"reward_model_config must be a dict or None, got {type(conf).__name__}.")
+        unknown = sorted(set(conf) - REWARD_MODEL_KEYS)
+        if unknown:
+            raise ValueError(f"reward_model_config has unknown keys {unknown}; known keys: {sorted(REWARD_MODEL_KEYS)}.")
+        dtype = conf.get("dtype", conf.get("torch_dtype"))
+        if dtype is not None and dtype != "auto" and not isinstance(getattr(torch, str(dtype), dtype), torch.dtype):
+            raise ValueError(f"reward_model_config dtype {dtype!r} is not a torch dtype; use e.g. 'float32', "
+                             "'bfloat16' or 'auto' (the checkpoint's).")
+
+    def reward_model_loading(self) -> dict[str, Any]:
+        """`RewardModel.from_pretrained` arguments from `reward_model_config` and `mixed_precision`."""
+        conf = self.reward_model_config or {}
+        kwargs = dict(conf.get("model_kwargs") or {})
+        if "attn_implementation" in conf:
+            kwargs["attn_implementation"] = conf["attn_implementation"]
+        return {"dtype": conf.get("dtype", conf.get("torch_dtype", "float32")), "model_kwargs": kwargs,
+                "autocast_dtype": torch.bfloat16 if self.mixed_precision == "bf16" else None}
 
     def _policy_args(self, flat: dict[str, Any]) -> LearnerConfig:
         """The policy learner's config: `policy_args` (or its class's defaults), then the flat backend fields,
@@ -186,7 +221,8 @@ class MARLHFIterConfig(MARLHFConfig):
     comparator_agents: list[str] | None = None
     """comparator_policy="model": one comparator model id or dir per agent."""
     comparator_num_candidates: int | None = None
-    """Comparator samples per task instance; None: `preference_num_candidates`."""
+    """Comparator samples per task instance, each matched with the current candidate of its index, so at most
+    `preference_num_candidates`; None: `preference_num_candidates`."""
     comparator_history_k: int | None = None
     """comparator_policy="history": compare with the agents of this many iterations ago (default 1)."""
 
@@ -225,4 +261,9 @@ class MARLHFIterConfig(MARLHFConfig):
             raise ValueError("comparator_history_k only applies to comparator_policy='history'.")
         if comparator == "history" and self.comparator_history_k is None:
             self.comparator_history_k = 1
+        if (self.comparator_num_candidates or 0) > self.preference_num_candidates:
+            raise ValueError(f"comparator_num_candidates={self.comparator_num_candidates} exceeds "
+                             f"preference_num_candidates={self.preference_num_candidates}: each comparator sample "
+                             "is matched with the current candidate of the same index, so the extra ones would be "
+                             "generated and thrown away. Set it <= preference_num_candidates (None: equal).")
 

@@ -21,7 +21,7 @@ from transformers import AutoModelForCausalLM, AutoTokenizer, PreTrainedTokenize
 
 from rewards import joint
 
-__all__ = ["RewardModel", "bradley_terry_loss", "encode_joint_texts", "joint_text"]
+__all__ = ["RewardModel", "bradley_terry_loss", "encode_joint_texts", "fair_shares", "joint_text"]
 
 
 def joint_text(state: str, completions: Sequence[str]) -> str:
@@ -36,16 +36,22 @@ def joint_text(state: str, completions: Sequence[str]) -> str:
 def encode_joint_texts(
     tokenizer: PreTrainedTokenizerBase, texts: Sequence[str], max_length: int | None = None
 ) -> tuple[torch.Tensor, torch.Tensor]:
-    """Token ids and attention mask `(B, L)` of joint texts, left-padded, each cut to its last `max_length` tokens.
+    """Token ids and attention mask `(B, L)` of joint texts, left-padded, each cut to at most `max_length` tokens.
 
-    The answers come last in a joint text, so a long one loses its beginning, never its answers: cutting
-    from the right (the tokenizer's default side) would score two texts that differ only in their
-    answers alike. Done here, not through the tokenizer's `truncation_side`, so a shared tokenizer's
-    settings cannot change it. The reward model and MAAC's centralized critic read texts this way.
+    A text that fits is tokenized whole. A longer one is cut block by block (`rewards.joint.header_blocks`:
+    each observation, the `[joint action]` line, each agent's answer): the blocks share `max_length` by
+    `fair_shares`, and a block cut to k tokens keeps its header line and the last tokens of its body (its
+    last k tokens when k is shorter than the header). So every agent's answer keeps its share however long
+    another's is, and two texts that differ at the end of one answer stay apart (a plain cut from either
+    side could drop an answer whole). Tokens the tokenizer adds to an empty text (a BOS) go first. Done
+    here, not by the tokenizer's `truncation_side`, so a shared tokenizer's settings cannot change it. The
+    reward model and MAAC's centralized critic read texts this way.
     """
     rows = tokenizer(list(texts))["input_ids"]
     if max_length is not None:
-        rows = [r[-max_length:] for r in rows]
+        long = [i for i, r in enumerate(rows) if len(r) > max_length]
+        for i, row in zip(long, _cut_by_shares(tokenizer, [texts[i] for i in long], max_length)):
+            rows[i] = row
     width = max((len(r) for r in rows), default=0)
     ids = torch.full((len(rows), width), tokenizer.pad_token_id, dtype=torch.long)
     mask = torch.zeros((len(rows), width), dtype=torch.long)
@@ -54,6 +60,44 @@ def encode_joint_texts(
             ids[i, width - len(r):] = torch.tensor(r)
             mask[i, width - len(r):] = 1
     return ids, mask
+
+
+def fair_shares(lengths: Sequence[int], budget: int) -> list[int]:
+    """Tokens each part keeps when parts of `lengths` share `budget` max-min fairly.
+
+    Parts no longer than their share keep everything; the others split what is left equally, the odd
+    tokens going to the later (longer, then later-placed) parts. Example: [2, 10, 10] with 11 -> [2, 4, 5].
+    """
+    keep = [0] * len(lengths)
+    left = budget
+    for rank, i in enumerate(sorted(range(len(lengths)), key=lambda j: (lengths[j], j))):
+        keep[i] = min(lengths[i], left // (len(lengths) - rank))
+        left -= keep[i]
+    return keep
+
+
+def _cut_by_shares(tokenizer: PreTrainedTokenizerBase, texts: Sequence[str], max_length: int) -> list[list[int]]:
+    """Each text's ids cut as `encode_joint_texts` says (one tokenizer call for every header and body)."""
+    specials = tokenizer("")["input_ids"][:max_length]
+    parts = []  # per text: (header, body) per block
+    for text in texts:
+        blocks = []
+        for piece in joint.header_blocks(text):
+            end = (piece.find("\n") + 1 or len(piece)) if piece.startswith("[") else 0  # its header line
+            blocks.append((piece[:end], piece[end:]))
+        parts.append(blocks)
+    flat = [s for blocks in parts for block in blocks for s in block]
+    encoded = iter(tokenizer(flat, add_special_tokens=False)["input_ids"] if flat else [])
+    rows = []
+    for blocks in parts:
+        pairs = [(next(encoded), next(encoded)) for _ in blocks]
+        keep = fair_shares([len(h) + len(b) for h, b in pairs], max_length - len(specials))
+        row = list(specials)
+        for (header, body), k in zip(pairs, keep):
+            whole = header + body
+            row += header + body[len(body) - (k - len(header)):] if k >= len(header) else whole[len(whole) - k:]
+        rows.append(row)
+    return rows
 
 
 def bradley_terry_loss(winner_scores: torch.Tensor, loser_scores: torch.Tensor) -> torch.Tensor:
@@ -68,7 +112,9 @@ class RewardModel(nn.Module):
         backbone: An HF causal LM (its transformer body is used; the LM head is not).
         tokenizer: The backbone's tokenizer (padding on the left).
         freeze_backbone: Train only the head.
-        max_length: Truncate joint texts (from the left) to this many tokens.
+        max_length: Cut joint texts to this many tokens, every block keeping its share (`encode_joint_texts`).
+        autocast_dtype: Run the forward under autocast to this dtype (e.g. `torch.bfloat16` over fp32
+            weights); None: in the weights' dtype.
     """
 
     def __init__(
@@ -77,6 +123,7 @@ class RewardModel(nn.Module):
         tokenizer: PreTrainedTokenizerBase,
         freeze_backbone: bool = False,
         max_length: int | None = None,
+        autocast_dtype: torch.dtype | None = None,
     ) -> None:
         super().__init__()
         size = getattr(backbone.config, "hidden_size", None) or getattr(backbone.config, "n_embd", None) \
@@ -88,6 +135,7 @@ class RewardModel(nn.Module):
         if tokenizer.pad_token_id is None:
             tokenizer.pad_token = tokenizer.eos_token
         self.max_length = max_length
+        self.autocast_dtype = autocast_dtype
         param = next(backbone.parameters())
         self.reward_head = nn.Linear(size, 1).to(device=param.device, dtype=param.dtype)
         nn.init.normal_(self.reward_head.weight, std=0.02)
@@ -97,9 +145,17 @@ class RewardModel(nn.Module):
             backbone.requires_grad_(False)
 
     @classmethod
-    def from_pretrained(cls, source: str | os.PathLike, device: Any = "cpu", **kwargs: Any) -> "RewardModel":
-        """Load the backbone and tokenizer from a hub id or local dir (and `reward_head.pt` if the dir has one)."""
-        backbone = AutoModelForCausalLM.from_pretrained(os.fspath(source)).to(device)
+    def from_pretrained(cls, source: str | os.PathLike, device: Any = "cpu", dtype: torch.dtype | str = torch.float32,
+                        model_kwargs: dict[str, Any] | None = None, **kwargs: Any) -> "RewardModel":
+        """Load the backbone and tokenizer from a hub id or local dir (and `reward_head.pt` if the dir has one).
+
+        The weights load as `dtype`: float32 by default, whatever the checkpoint's dtype, because a pure-bf16
+        model loses most small optimizer updates to rounding (at lr 1e-5, 3 AdamW steps changed 16% of a
+        bf16 backbone's entries); "auto" keeps the checkpoint's. `model_kwargs` go to `from_pretrained`.
+        """
+        dtype = getattr(torch, dtype) if isinstance(dtype, str) and dtype != "auto" else dtype
+        load = {**(model_kwargs or {}), "dtype": dtype}
+        backbone = AutoModelForCausalLM.from_pretrained(os.fspath(source), **load).to(device)
         tokenizer = AutoTokenizer.from_pretrained(os.fspath(source))
         model = cls(backbone, tokenizer, **kwargs)
         head = os.path.join(os.fspath(source), "reward_head.pt")
@@ -115,9 +171,11 @@ class RewardModel(nn.Module):
         """Scores `(B,)` of joint texts, with gradients."""
         ids, mask = self.encode(texts)
         positions = (mask.cumsum(1) - 1).clamp(min=0)
-        hidden = self.backbone.base_model(input_ids=ids, attention_mask=mask, position_ids=positions,
-                                          use_cache=False).last_hidden_state
-        return self.reward_head(hidden[:, -1]).squeeze(-1).float()  # left padding: the last token is real
+        with torch.autocast(self.device.type, dtype=self.autocast_dtype or torch.bfloat16,
+                            enabled=self.autocast_dtype is not None):
+            hidden = self.backbone.base_model(input_ids=ids, attention_mask=mask, position_ids=positions,
+                                              use_cache=False).last_hidden_state
+            return self.reward_head(hidden[:, -1]).squeeze(-1).float()  # left padding: the last token is real
 
     def encode(self, texts: Sequence[str]) -> tuple[torch.Tensor, torch.Tensor]:
         """Token ids and attention mask `(B, L)` on the model's device: `encode_joint_texts` with `max_length`."""
@@ -126,9 +184,17 @@ class RewardModel(nn.Module):
 
     @torch.no_grad()
     def score(self, texts: Sequence[str], batch_size: int = 32) -> torch.Tensor:
-        """Scores `(B,)` on CPU, without gradients, in batches."""
-        return torch.cat([self(texts[i:i + batch_size]).cpu() for i in range(0, len(texts), batch_size)]) \
-            if texts else torch.zeros(0)
+        """Scores `(B,)` on CPU, without gradients, in batches, each distinct text scored once.
+
+        A text's score moves in its last bits with the padding of its batch; scoring it once gives equal
+        texts equal scores, so a tie between them is exact.
+        """
+        distinct = list(dict.fromkeys(texts))
+        if not distinct:
+            return torch.zeros(0)
+        scores = torch.cat([self(distinct[i:i + batch_size]).cpu() for i in range(0, len(distinct), batch_size)])
+        row = {text: i for i, text in enumerate(distinct)}
+        return scores[torch.tensor([row[t] for t in texts])]
 
     def save_pretrained(self, path: str) -> None:
         """`path/` holds the backbone and tokenizer (Auto-loadable) plus `reward_head.pt`."""

@@ -7,7 +7,7 @@ import json
 import pytest
 
 from comlrl_env import TextParallelEnv
-from comlrl_env.benchmark import empty_policy, evaluate_policy, markdown_table, run_suite
+from comlrl_env.benchmark import empty_policy, evaluate_policy, markdown_table, play_episodes, run_suite, team_table
 from learners.cli import main
 from learners.models.policy import AgentPolicy, agent_dirs
 
@@ -39,7 +39,24 @@ def test_cli_end_to_end_on_the_smoke_suite(tiny_dir, tmp_path, capsys):
     assert len(envs) >= 2 and {r["policy"] for r in results["rows"]} >= {"agents", "empty"}
     assert (out / "results.png").stat().st_size > 1000
     assert "| env | policy |" in (out / "results.md").read_text()
-    assert "reward_mean" in capsys.readouterr().out
+    printed = capsys.readouterr().out
+    assert "reward_mean" in printed and printed.startswith("2 task instances per env, each played 1 time(s). 95%")
+
+
+def test_cli_plays_32_task_instances_by_default(tmp_path, monkeypatch):
+    """8 episodes gave 0/1 intervals that covered 0.52 of the time; the default is now 32."""
+    import learners.cli as cli
+
+    seen = {}
+
+    def league(envs, teams, episodes, *args, **kwargs):
+        seen["episodes"] = episodes
+        raise SystemExit(0)
+
+    monkeypatch.setattr(cli, "run_league", league)
+    with pytest.raises(SystemExit):
+        cli.main(["--suite", "games", "--league", "--out", str(tmp_path)])
+    assert seen["episodes"] == 32
 
 
 def test_unknown_suite_is_refused():
@@ -97,13 +114,80 @@ class Graded(TextParallelEnv):
         return self.task["value"], True
 
 
-def test_the_ci_is_the_normal_half_width_over_episodes():
+def test_the_interval_is_a_t_interval_over_tasks_and_repeats_do_not_narrow_it():
     m = evaluate_policy(Graded(), empty_policy, episodes=4)
-    std = (sum((x - 1.5) ** 2 for x in range(4)) / 3) ** 0.5  # sample std of 0, 1, 2, 3
+    std = (sum((x - 1.5) ** 2 for x in range(4)) / 3) ** 0.5  # sample std of the per-task means 0, 1, 2, 3
     assert m["reward_mean"] == 1.5 and m["reward_std"] == pytest.approx(std)
-    assert m["reward_ci95"] == pytest.approx(1.96 * std / 2) and m["episodes"] == 4.0
-    twice = evaluate_policy(Graded(), empty_policy, episodes=4, samples_per_task=2)
-    assert twice["episodes"] == 8.0 and twice["reward_ci95"] < m["reward_ci95"]
+    assert m["reward_ci95"] == pytest.approx(3.182446 * std / 2) and m["episodes"] == 4.0  # t with 3 df
+    assert (m["reward_low"], m["reward_high"]) == pytest.approx((1.5 - m["reward_ci95"], 1.5 + m["reward_ci95"]))
+    # A deterministic policy played k times repeats the same data: the interval stays as wide.
+    for k in (2, 8, 32):
+        again = evaluate_policy(Graded(), empty_policy, episodes=4, samples_per_task=k)
+        assert again["episodes"] == 4.0 * k and again["tasks"] == 4.0
+        assert again["reward_ci95"] == pytest.approx(m["reward_ci95"])
+    one = evaluate_policy(Graded().select_tasks([2]), empty_policy, episodes=1, samples_per_task=4)
+    assert one["reward_mean"] == 2.0 and one["reward_ci95"] == float("inf")  # one task: no spread to go by
+
+
+class Coin(Graded):
+    """Task i pays 1 when i is in `wins`, else 0: a 0/1 reward."""
+
+    metadata = {**Graded.metadata, "num_tasks": 8, "success_threshold": 1.0}
+    wins = ()
+
+    def load_task(self, task_index):
+        return {"value": float(task_index in self.wins)}
+
+
+def test_a_0_1_reward_gets_a_wilson_interval_that_never_collapses():
+    m = evaluate_policy(Coin(), empty_policy, episodes=8)  # 8 failures of 8 tasks
+    assert m["reward_mean"] == 0.0 and m["reward_low"] == 0.0
+    assert m["reward_high"] == pytest.approx(1.959964 ** 2 / (8 + 1.959964 ** 2))  # Wilson at 0 of 8: 0.324
+    assert (m["success_rate_low"], m["success_rate_high"]) == (m["reward_low"], m["reward_high"])
+    assert m["invalid_action_rate"] == 0.0 and m["invalid_action_rate_high"] > 0  # per-action, over tasks
+    lucky = type("Lucky", (Coin,), {"wins": (3,)})
+    four = evaluate_policy(lucky(), empty_policy, episodes=8, samples_per_task=4)  # the same task 4 times
+    once = evaluate_policy(lucky(), empty_policy, episodes=8)
+    assert four["reward_mean"] == 0.125 and (four["reward_low"], four["reward_high"]) == pytest.approx(
+        (once["reward_low"], once["reward_high"]))  # n_eff is the 8 tasks, not the 32 episodes
+    assert four["pass_at_k"] == 0.125 and four["pass_at_k_high"] == pytest.approx(once["reward_high"])
+    assert "0.125 [" in markdown_table([{"env": "e", "team": "t", **four}])
+
+
+class Seeded(TextParallelEnv):
+    """A procedural task (no task set) that pays its reset seed: the same seed, the same task."""
+
+    metadata = {**TextParallelEnv.metadata, "name": "seeded-v0"}
+
+    def load_task(self, task_index):
+        return {"value": float(self.np_random.integers(1000))}
+
+    def prompts(self):
+        return {a: "x" for a in self.agents}
+
+    def score(self, actions):
+        return self.task["value"], True
+
+
+def test_samples_per_task_replays_the_same_procedural_instance():
+    played = play_episodes(Seeded(), empty_policy, episodes=3, samples_per_task=2)
+    first = [r["agent_0"] for r in played.returns]
+    assert first[:3] == first[3:] and len(set(first[:3])) == 3  # sample j of instance i: the same reset seed
+    m = evaluate_policy(Seeded(), empty_policy, episodes=3, samples_per_task=2)
+    assert m["tasks"] == 3.0 and m["reward_ci95"] == pytest.approx(
+        evaluate_policy(Seeded(), empty_policy, episodes=3)["reward_ci95"])
+
+
+def test_the_output_says_how_its_intervals_are_made_and_which_teams_it_cannot_tell_apart(tmp_path):
+    results = run_suite([Graded()], {"same": empty_policy}, episodes=4, out_dir=str(tmp_path))
+    text = (tmp_path / "results.md").read_text()
+    assert text.startswith("4 task instances per env, each played 1 time(s). 95% intervals over task instances")
+    assert "t interval over per-task means" in text and "Wilson score interval" in text
+    assert results["interval"] in text
+    assert "| graded-v0 | 1.500 ± 2.054 | 1.500 ± 2.054 | same ~ empty |" in team_table(results["rows"])
+    apart = team_table([{"env": "e", "team": t, "reward_mean": m, "reward_low": m - 0.1, "reward_high": m + 0.1}
+                        for t, m in (("a", 0.0), ("b", 0.5))])
+    assert apart.splitlines()[-1] == "| e | 0.000 ± 0.100 | 0.500 ± 0.100 | - |"
 
 
 def test_samples_per_task_gives_pass_at_k():

@@ -12,6 +12,7 @@ from learners.loop.optim import accumulate_gradients
 from learners.preference import MARLHF, MARLHFConfig
 from learners.reinforce import MAGRPO, MAGRPOConfig
 from rewards.models import RewardModel
+from rewards.preferences import make_pair
 
 # One task instance and 5 samples per agent: 2 micro-batches are 3 + 2 samples, so weighting the
 # micro losses equally (or summing them) would give another gradient than the minibatch mean.
@@ -144,7 +145,7 @@ def assert_same_updates(initial, expected, got):
 def test_reward_model_training_in_micro_batches_equals_the_unsplit_training(tiny_dir):
     learner = MARLHF(agent_model=tiny_dir, num_agents=2, reward_func=space_reward, train_dataset=dataset,
                      args=MARLHFConfig(**FAST, reward_train_batch_size=7, reward_learning_rate=1e-3))
-    pairs = [learner._pair("a " * (i + 2), "b" * (i + 1), 1.0, 0.0) for i in range(7)]  # one batch of 7 pairs
+    pairs = [make_pair("a " * (i + 2), "b" * (i + 1), 1.0, 0.0) for i in range(7)]  # one batch of 7 pairs
 
     def train(steps):
         learner.args.gradient_accumulation_steps = steps  # 3 micro-batches: 3 + 2 + 2 pairs

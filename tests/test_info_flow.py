@@ -96,11 +96,19 @@ def sharing_team(share: tuple[bool, bool] = (True, True)):
 # ----- evaluation ---------------------------------------------------------------------------------------------
 
 
+def wilson(rate, n, z=1.959964):
+    """The Wilson score interval, written out."""
+    centre = (rate + z * z / (2 * n)) / (1 + z * z / n)
+    half = z / (1 + z * z / n) * (rate * (1 - rate) / n + z * z / (4 * n * n)) ** 0.5
+    return centre - half, centre + half
+
+
 def test_episode_rows_say_what_each_agent_sent_and_answered_and_whether_it_used_the_partner(tmp_path):
     path = tmp_path / "eval" / "episodes.jsonl"
     metrics = evaluate_policy(Whisper(), sharing_team((True, False)), episodes=4, episodes_path=str(path))
     assert metrics["used_partner_info_rate"] == 0.5  # agent_0 used agent_1's word in every episode, agent_1 never
-    assert metrics["used_partner_info_ci95"] == 0.0  # every episode's share is 0.5
+    # every episode's share is 0.5: no spread over tasks, so Wilson over the 8 answers
+    assert (metrics["used_partner_info_low"], metrics["used_partner_info_high"]) == pytest.approx(wilson(0.5, 8))
     assert metrics["reward_mean"] == 0.5
     rows = [json.loads(line) for line in path.read_text().splitlines()]
     assert [r["episode"] for r in rows] == [0, 1, 2, 3] and [r["task_index"] for r in rows] == [0, 1, 2, 3]
@@ -119,8 +127,10 @@ def test_the_rate_counts_agent_answers_and_nothing_without_the_flag():
     assert empty["used_partner_info_rate"] == 0.0 and empty["reward_mean"] == 0.0
     rows = [{"used_partner_info": {"agent_0": True, "agent_1": False}},
             {"used_partner_info": {"agent_0": True, "agent_1": True}}]
-    rate, ci = used_partner_info_rate(rows)
-    assert rate == 0.75 and ci == pytest.approx(1.96 * (0.125 ** 0.5) / 2 ** 0.5)  # shares 0.5, 1.0: std sqrt(1/8)
+    rate, low, high = used_partner_info_rate(rows)
+    # per-task counts 1 of 2 and 2 of 2: variance over tasks ((1 - 1.5)^2 + (2 - 1.5)^2) / (2 * 1 * 2^2) = 1/16,
+    # so the effective sample size is 0.75 * 0.25 / (1/16) = 3 answers
+    assert rate == 0.75 and (low, high) == pytest.approx(wilson(0.75, 3))
     assert used_partner_info_rate([]) is None
     assert episode_record({"agent_0": {"turn": 1}}, {"agent_0": "x"}, {"agent_0": 1.0}) is None
 
@@ -142,7 +152,7 @@ def test_run_suite_writes_the_column_and_the_episode_files(tmp_path):
     table = (tmp_path / "results.md").read_text()
     header = next(line for line in table.splitlines() if "| policy |" in line)
     assert header.rstrip(" |").endswith("used_partner_info_rate")
-    assert "| test/Whisper-v0 | sharing |" in table and "1.000 |" in table
+    assert "| test/Whisper-v0 | sharing |" in table and "1.000 [0.510, 1.000] |" in table  # Wilson, 4 tasks
     files = sorted(p.name for p in (tmp_path / "episodes").iterdir())
     assert files == ["test_Whisper-v0__empty.jsonl", "test_Whisper-v0__sharing.jsonl"]
 

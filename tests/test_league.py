@@ -23,15 +23,15 @@ def row(a, b, wins, draws, losses):
 
 def test_elo_by_hand():
     # 3 wins, 1 loss, plus the virtual draw: scores 3.5 : 1.5, so 10^(d/400) = 3.5 / 1.5
-    ratings = elo_ratings([row("x", "random-bot", 3, 0, 1)], bootstrap=200)
+    ratings = elo_ratings([row("x", "random-bot", 3, 0, 1)])["players"]
     assert ratings["random-bot"]["elo"] == pytest.approx(1000.0)  # the anchor
     assert ratings["x"]["elo"] == pytest.approx(1000 + 400 * math.log10(3.5 / 1.5), abs=1e-6)
     assert ratings["x"]["low"] <= ratings["x"]["elo"] <= ratings["x"]["high"] and ratings["x"]["games"] == 4
     # an even record is an even rating; without the random bot the mean is the anchor value
-    even = elo_ratings([row("p", "q", 2, 4, 2)], bootstrap=0)
+    even = elo_ratings([row("p", "q", 2, 4, 2)])["players"]
     assert even["p"]["elo"] == pytest.approx(1000.0) == pytest.approx(even["q"]["elo"])
     # a player that wins everything still has a finite rating (the virtual draw): 0.5 : 10.5
-    sweep = elo_ratings([row("p", "q", 10, 0, 0)], bootstrap=0)
+    sweep = elo_ratings([row("p", "q", 10, 0, 0)])["players"]
     assert sweep["p"]["elo"] - sweep["q"]["elo"] == pytest.approx(400 * math.log10(10.5 / 0.5))
 
 
@@ -39,7 +39,7 @@ def test_elo_is_the_maximum_likelihood_fit():
     """At the fit, each player's expected score equals its score (the likelihood's stationarity condition)."""
     rows = [row("a", "b", 7, 2, 3), row("a", "c", 9, 0, 3), row("b", "c", 4, 4, 4), row("a", "random-bot", 11, 1, 0),
             row("b", "random-bot", 8, 2, 2), row("c", "random-bot", 6, 3, 3)]
-    ratings = elo_ratings(rows, bootstrap=0)
+    ratings = elo_ratings(rows)["players"]
     for p in ratings:
         score = expected = 0.0
         for r in rows:
@@ -54,10 +54,55 @@ def test_elo_is_the_maximum_likelihood_fit():
     assert ratings["a"]["elo"] > ratings["b"]["elo"] > ratings["c"]["elo"] > ratings["random-bot"]["elo"]
 
 
+def test_a_sweep_gets_an_interval_of_positive_width():
+    """5-0 had the bootstrap interval [1416.6, 1416.6]: nothing to resample. The profile likelihood's is wide."""
+    x = elo_ratings([row("x", "random-bot", 5, 0, 0)])["players"]["x"]
+    assert x["elo"] == pytest.approx(1000 + 400 * math.log10(5.5 / 0.5))
+    assert x["low"] < 1100 and x["high"] > 2000  # 5 games say little
+    lost = elo_ratings([row("x", "random-bot", 0, 0, 5)])["players"]["x"]
+    assert lost["low"] < lost["elo"] < lost["high"] and lost["elo"] == pytest.approx(2000 - x["elo"])
+
+
+def seated_row(a, b, first, second, game="g"):
+    """A's (wins, draws, losses) in seat 0, then in seat 1."""
+    total = [f + s for f, s in zip(first, second)]
+    return {**row(a, b, *total), "game": game, "first_wins": first[0], "first_draws": first[1],
+            "first_losses": first[2]}
+
+
+def test_the_first_move_edge_is_fitted_with_the_ratings():
+    """Seat 0 wins 9 of 10 whoever sits there: the edge is the seat's, the players are even."""
+    fit = elo_ratings([seated_row("p", "random-bot", (9, 0, 1), (1, 0, 9))])
+    assert fit["players"]["p"]["elo"] == pytest.approx(1000.0, abs=1e-6)
+    edge = fit["first_move"]["g"]
+    # per seat order 9 + 0.25 of 10.5 (half the virtual draw): 10^(h / 400) = 9.25 / 1.25
+    assert edge["elo"] == pytest.approx(400 * math.log10(9.25 / 1.25), abs=1e-6)
+    assert 0 < edge["low"] < edge["elo"] < edge["high"]
+    # at the fit, expected scores equal scores: per player and per seat (the likelihood's stationarity)
+    rows = [seated_row("a", "b", (6, 1, 1), (3, 2, 3)), seated_row("a", "random-bot", (8, 0, 0), (5, 1, 2)),
+            seated_row("b", "random-bot", (5, 2, 1), (2, 2, 4))]
+    fit = elo_ratings(rows)
+    R, h = {p: v["elo"] for p, v in fit["players"].items()}, fit["first_move"]["g"]["elo"]
+    score, expected = {p: 0.0 for p in R}, {p: 0.0 for p in R}
+    seat_score = seat_expected = 0.0
+    for r in rows:
+        for (w, d, l), sign in (((r["first_wins"], r["first_draws"], r["first_losses"]), 1),
+                                ((r["wins"] - r["first_wins"], r["draws"] - r["first_draws"],
+                                  r["losses"] - r["first_losses"]), -1)):
+            n, s = w + d + l + 0.5, w + d / 2 + 0.25
+            e = n / (1 + 10 ** ((R[r["b"]] - R[r["a"]] - sign * h) / 400))
+            score[r["a"]], expected[r["a"]] = score[r["a"]] + s, expected[r["a"]] + e
+            score[r["b"]], expected[r["b"]] = score[r["b"]] + n - s, expected[r["b"]] + n - e
+            seat_score += s if sign > 0 else n - s
+            seat_expected += e if sign > 0 else n - e
+    assert expected == pytest.approx(score, abs=1e-6) and seat_expected == pytest.approx(seat_score, abs=1e-6)
+
+
 def test_a_match_plays_both_seat_orders_and_a_forfeit_loses():
     env = make("openspiel/tic_tac_toe-v0")
     result = play_match(env, empty_policy, fixed_team([OpenSpielBot("random", seed=0)]), episodes=5)
     assert (result["wins"], result["draws"], result["losses"], result["games"]) == (0, 0, 10, 10)
+    assert (result["first_wins"], result["first_draws"], result["first_losses"]) == (0, 0, 5)  # A in seat 0
     assert result["invalid_a"] == 1.0 and result["invalid_b"] == 0.0
     bargaining = make("openspiel/bargaining-v0")  # general sum: a forfeit pays both 0, and is still a loss
     result = play_match(bargaining, fixed_team([OpenSpielBot("random", seed=0)]), empty_policy, episodes=5)
@@ -67,7 +112,7 @@ def test_a_match_plays_both_seat_orders_and_a_forfeit_loses():
 
 
 def test_the_stronger_bot_rates_higher():
-    league = run_league(["openspiel/tic_tac_toe-v0"], {}, episodes=20, bootstrap=300)
+    league = run_league(["openspiel/tic_tac_toe-v0"], {}, episodes=20)
     (match,) = league["games"]["openspiel/tic_tac_toe-v0"]["rows"]
     assert {match["a"], match["b"]} == {"random-bot", "mcts-bot"}
     assert match["win_rate"] + match["draw_rate"] + match["loss_rate"] == pytest.approx(1.0)
@@ -100,4 +145,6 @@ def test_comlrl_bench_league_on_the_games_suite(tiny_dir, tmp_path, capsys):
     assert set(league["overall"]) == {"tiny", "random-bot", "mcts-bot"}
     assert np.isfinite(league["overall"]["tiny"]["elo"])
     assert "| tiny | random-bot |" in printed and "## All games" in printed
+    assert "profile-likelihood" in printed and "First-move edge (seat 0 over seat 1)" in printed
+    assert all(g["first_move"]["low"] < g["first_move"]["high"] for g in league["games"].values())
     assert league["agents"]["tiny"][0]["sha256"]

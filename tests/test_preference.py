@@ -108,15 +108,16 @@ def test_reward_model_learns_a_planted_preference_and_reloads(tiny_dir, tmp_path
     AutoModelForCausalLM.from_pretrained(tmp_path / "rm")  # the backbone dir is a plain causal LM
 
 
-def test_reward_model_truncates_from_the_left_and_keeps_the_answers(tiny_dir):
-    """With `reward_max_length` it cut from the right: a good and an empty answer kept the same text and score."""
+def test_reward_model_truncation_keeps_the_answers(tiny_dir):
+    """With `reward_max_length` it cut from the right: a good and an empty answer kept the same text and score.
+    (How each block keeps its share: tests/test_preference_measured.py.)"""
     rm = RewardModel.from_pretrained(tiny_dir, max_length=16)
     assert rm.tokenizer.truncation_side == "right"  # the tokenizer's setting does not decide
     state = "[agent_0]\n" + "a long observation " * 40
     good, empty = joint_text(state, ["The answer is 42.", "Yes"]), joint_text(state, ["", ""])
     ids, mask = rm.encode([good, empty, "short"])
     assert ids.shape[1] == 16 and mask[:2].all()
-    assert ids[0].tolist() == rm.tokenizer(good)["input_ids"][-16:]  # the tail: the answers
+    assert ids[0].tolist() != ids[1].tolist() and "42" in rm.tokenizer.decode(ids[0])
     short = rm.tokenizer("short")["input_ids"]
     assert ids[2, -len(short):].tolist() == short and mask[2].sum() == len(short)  # left padding
     scores = rm.score([good, empty])
@@ -247,9 +248,9 @@ def test_two_iterations_with_a_comparator_replay_and_pair_files(tiny_dir, tmp_pa
     starts, ends = [], []  # the reward model's weights when each iteration's training starts and ends
     original = trainer.train_reward_model
 
-    def train_reward_model(pairs):
+    def train_reward_model(pairs, heldout):
         starts.append({k: v.detach().clone() for k, v in trainer.reward_model.state_dict().items()})
-        metrics = original(pairs)
+        metrics = original(pairs, heldout)
         ends.append({k: v.detach().clone() for k, v in trainer.reward_model.state_dict().items()})
         return metrics
 
