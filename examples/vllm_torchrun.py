@@ -29,9 +29,11 @@ from learners.rollout.scoring import completion_logprobs
 
 parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
 parser.add_argument("--out", default="outputs/vllm-torchrun")
-parser.add_argument("--learners", nargs="+", choices=("magrpo", "iac", "maac", "lora", "learn", "greedy"), default=["magrpo"],
+parser.add_argument("--learners", nargs="+", choices=("magrpo", "iac", "maac", "lora", "learn", "greedy"),
+                    default=["magrpo"],
                     help="run each in turn; lora: MAGRPO with a LoRA adapter per agent on one shared base; learn: "
-                         "MAGRPO for 12 epochs of 8 instances (the learning check); greedy: greedy samples of fixed prompts")
+                         "MAGRPO for 12 epochs of 8 instances (the learning check); greedy: greedy samples of "
+                         "fixed prompts")
 parser.add_argument("--sharding", choices=("fsdp", "none"), default="none")
 parser.add_argument("--epochs", type=int, default=2, help="(magrpo, lora: one rollout of 4 instances per epoch)")
 parser.add_argument("--check", action="store_true", help="engine vs trainer log-probs after every optimizer step")
@@ -39,6 +41,7 @@ parser.add_argument("--resume", default=None, help="(magrpo) a checkpoint-* dire
 parser.add_argument("--fail-at", type=int, default=None, help="(tests; magrpo) the last rank raises in this rollout")
 parser.add_argument("--tensor-parallel", type=int, default=1)
 args = parser.parse_args()
+LORA = {"r": 4, "lora_alpha": 8, "target_modules": ["q_proj", "v_proj"]}
 
 launched = "WORLD_SIZE" in os.environ
 if launched:
@@ -116,7 +119,7 @@ def train(name: str) -> None:
                   verbose=False, seed=0, sharding=args.sharding if launched else "none", generation_backend="vllm",
                   vllm_engine_args={"kv_cache_memory_bytes": 64 << 20},
                   vllm_tensor_parallel_size=args.tensor_parallel, output_dir=os.path.join(out, "run"),
-                  peft_config={"r": 4, "lora_alpha": 8, "target_modules": ["q_proj", "v_proj"]} if name == "lora" else None)
+                  peft_config=LORA if name == "lora" else None)
     record = Record(out, args.fail_at if name == "magrpo" else None)
     team = dict(train_dataset=data, reward_func=space_reward, agent_model=model_dir, num_agents=2, callbacks=[record])
     if name in ("magrpo", "lora", "learn", "greedy"):

@@ -327,7 +327,7 @@ class Learner(abc.ABC):
     def evaluate(self, num_eval_samples: int | None = None, greedy: bool | None = None) -> dict[str, float]:
         """Play `num_eval_samples` episodes of `eval_env` with one sample per agent per turn, always under the
         task reward; log and return the `eval/*` metrics (see `learners.loop.evaluation.evaluate`)."""
-        with generation_weights(self.engine.backend, self.sharding, self.agents):  # every rank takes part, rank 0 evaluates
+        with generation_weights(self.engine.backend, self.sharding, self.agents):  # every rank; rank 0 evaluates
             return evaluate(self, num_eval_samples, greedy)
 
     # ----- evaluation and export -----------------------------------------------------

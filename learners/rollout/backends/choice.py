@@ -49,7 +49,8 @@ def generation_weights(backend: GenerationBackend, sharding: Sharding, agents: S
 
 
 def corrected_advantages(learner: Any, samples: Sequence[SampleBatch], advantages: torch.Tensor,
-                         old: list[torch.Tensor] | None) -> tuple[torch.Tensor, list[torch.Tensor] | None, dict[str, float]]:
+                         old: list[torch.Tensor] | None
+                         ) -> tuple[torch.Tensor, list[torch.Tensor] | None, dict[str, float]]:
     """`learners.rollout.scoring.engine_correction` of a learner's rollout `samples` (its `engine.backend`'s, on
     the supports they were sampled from) under its config's cap. FSDP scores each agent on its whole weights
     (`learner.sharding`, one agent at a time), as ranks score different numbers of rows."""
