@@ -6,7 +6,7 @@ share of every batch on engines of its own, with data parallelism and with FSDP2
 - MAGRPO, IAC and MAAC train; the 2-agent toy learns on 2 ranks about as well as in one process;
 - engines go down before the process group (a clean exit); a rank that raises ends the run on all ranks with
   its error, within 60 s;
-- resume: exact on 2 ranks; a data-parallel checkpoint resumes on 1 process and an FSDP one on 4 ranks, whose
+- resume: a killed run resumed on 2 ranks is exact; a data-parallel checkpoint resumes on 1 process and an FSDP one on 4 ranks, whose
   samples continue the saved seeds;
 - a tensor-parallel engine group (k=2) gives the greedy completions of k=1.
 
@@ -47,38 +47,47 @@ def report(out: Path, job: str, rank: int = 0) -> dict:
 
 @pytest.fixture(scope="module")
 def fsdp(tmp_path_factory):
-    """FSDP2 on 2 ranks: MAGRPO (2 epochs, a checkpoint after each rollout), IAC, MAAC, MAGRPO with LoRA, and
-    the learning toy; the log-probs checked after every optimizer step."""
+    """FSDP2 on 2 ranks: IAC, MAAC, MAGRPO with LoRA and the learning toy, the log-probs checked after every
+    optimizer step; then MAGRPO (2 epochs, a checkpoint after each rollout) whose last rank raises after its
+    second rollout (trained, not yet checkpointed): a kill between a rollout and its checkpoint."""
     out = tmp_path_factory.mktemp("vllm-fsdp")
-    run(out, "--sharding", "fsdp", "--learners", "magrpo", "iac", "maac", "lora", "learn", "--check")
-    return out
+    done = run(out, "--sharding", "fsdp", "--learners", "iac", "maac", "lora", "learn", "magrpo", "--check",
+               "--fail-at", "2", ok=False)
+    return out, done, time.time()
 
 
 @pytest.fixture(scope="module")
 def ddp(tmp_path_factory):
-    """Data parallelism on 2 ranks: IAC, MAAC, the learning toy, then MAGRPO, whose last rank raises after its
-    second rollout (trained, not yet checkpointed)."""
+    """Data parallelism on 2 ranks: IAC, MAAC, the learning toy and MAGRPO (checkpoints), log-probs checked."""
     out = tmp_path_factory.mktemp("vllm-ddp")
-    done = run(out, "--sharding", "none", "--learners", "iac", "maac", "learn", "magrpo", "--check",
-               "--fail-at", "2", ok=False)
-    return out, done, time.time()
+    run(out, "--sharding", "none", "--learners", "iac", "maac", "learn", "magrpo", "--check")
+    return out
 
 
 @pytest.fixture(scope="module")
 def single(tmp_path_factory, ddp):
     """One process: the learning toy, and MAGRPO resumed from the 2-rank data-parallel run's checkpoint-1."""
     out = tmp_path_factory.mktemp("vllm-one")
-    ddp_out = ddp[0]
-    run(out, "--learners", "learn", "magrpo", "--resume", str(ddp_out / "magrpo" / "checkpoints" / "checkpoint-1"),
+    run(out, "--learners", "learn", "magrpo", "--resume", str(ddp / "magrpo" / "checkpoints" / "checkpoint-1"),
         nproc=0)
+    return out
+
+
+@pytest.fixture(scope="module")
+def resumed(tmp_path_factory, fsdp):
+    """FSDP on 2 ranks: MAGRPO resumed from the killed run's checkpoint-1, then greedy completions of fixed
+    prompts on engines of one rank each (k=1)."""
+    out = tmp_path_factory.mktemp("vllm-fsdp-resumed")
+    run(out, "--sharding", "fsdp", "--learners", "magrpo", "greedy",
+        "--resume", str(fsdp[0] / "magrpo" / "checkpoints" / "checkpoint-1"))
     return out
 
 
 @pytest.mark.parametrize("setup", ["fsdp", "ddp"])
 def test_engines_hold_the_trained_weights_after_every_step_on_every_rank(setup, request):
     out = request.getfixturevalue(setup)
-    out = out if setup == "fsdp" else out[0]
-    jobs = ("magrpo", "iac", "maac", "lora", "learn") if setup == "fsdp" else ("iac", "maac", "learn")
+    out = out[0] if setup == "fsdp" else out
+    jobs = ("iac", "maac", "lora", "learn") if setup == "fsdp" else ("iac", "maac", "learn", "magrpo")
     for job in jobs:
         for rank in (0, 1):
             record = report(out, job, rank)
@@ -88,15 +97,15 @@ def test_engines_hold_the_trained_weights_after_every_step_on_every_rank(setup, 
             assert all(s > 0 for s in record["sync"]), (job, record["sync"])  # seconds of weight sync per rollout
 
 
-def test_ranks_sample_their_own_share_with_their_own_seeds(fsdp):
-    zero, one = report(fsdp, "magrpo", 0), report(fsdp, "magrpo", 1)
+def test_ranks_sample_their_own_share_with_their_own_seeds(ddp):
+    zero, one = report(ddp, "magrpo", 0), report(ddp, "magrpo", 1)
     assert len(zero["completions"][0][0]) == 2 * 4  # 2 of the 4 instances of a rollout, 4 samples each
     assert zero["completions"][0] != one["completions"][0]
     assert zero["rewards"] == one["rewards"]  # metrics are averaged over the ranks
 
 
-def test_a_rank_that_raises_ends_the_run_on_all_ranks_with_its_error(ddp):
-    out, done, ended = ddp
+def test_a_rank_that_raises_ends_the_run_on_all_ranks_with_its_error(fsdp):
+    out, done, ended = fsdp
     failed = float((out / "failed_at").read_text())
     print(f"the run ended {ended - failed:.1f} s after rank 1 raised")
     assert done.returncode != 0
@@ -106,34 +115,24 @@ def test_a_rank_that_raises_ends_the_run_on_all_ranks_with_its_error(ddp):
 
 
 def test_the_toy_learns_on_two_ranks_as_well_as_in_one_process(fsdp, ddp, single):
-    one = report(single, "learn")["rewards"]
     finals = {}
-    for name, out in (("fsdp", fsdp), ("ddp", ddp[0]), ("one process", single)):
+    for name, out in (("fsdp", fsdp[0]), ("ddp", ddp), ("one process", single)):
         rewards = report(out, "learn")["rewards"]
         first, last = sum(rewards[:3]) / 3, sum(rewards[-3:]) / 3
         print(f"{name}: reward {first:.3f} -> {last:.3f}")
         assert len(rewards) == 12 and last > first + 0.1, (name, rewards)
         finals[name] = last
-    assert finals["fsdp"] >= 0.8 * finals["one process"] and finals["ddp"] >= 0.8 * finals["one process"], (finals, one)
+    assert finals["fsdp"] >= 0.8 * finals["one process"] and finals["ddp"] >= 0.8 * finals["one process"], finals
 
 
-@pytest.fixture(scope="module")
-def resumed(tmp_path_factory, fsdp):
-    """FSDP on 2 ranks: MAGRPO resumed from the FSDP run's checkpoint-1 (as a kill after rollout 1 would leave
-    it), then greedy completions of fixed prompts on engines of one rank each (k=1)."""
-    out = tmp_path_factory.mktemp("vllm-fsdp-resumed")
-    run(out, "--sharding", "fsdp", "--learners", "magrpo", "greedy",
-        "--resume", str(fsdp / "magrpo" / "checkpoints" / "checkpoint-1"))
-    return out
-
-
-def test_a_fsdp_run_resumed_on_two_ranks_is_exact(fsdp, resumed):
-    """The resumed rollout 2 samples and trains exactly as the run that went on, on both ranks."""
-    for rank in (0, 1):
-        again, straight = report(resumed, "magrpo", rank), report(fsdp, "magrpo", rank)
-        assert again["rollouts"] == 2 and len(again["completions"]) == 1
-        assert again["completions"][0] == straight["completions"][1]
-        assert again["losses"][0] == straight["losses"][1] and again["rewards"][0] == straight["rewards"][1]
+def test_a_killed_fsdp_run_resumed_on_two_ranks_is_exact(fsdp, resumed):
+    """Resumed from the last checkpoint before the kill, rollout 2 samples (rank 0's, which it kept) and trains
+    (the losses and rewards, means over both ranks) exactly as the killed run did before it died."""
+    again, killed = report(resumed, "magrpo", 0), report(fsdp[0], "magrpo", 0)
+    assert again["rollouts"] == 2 and len(again["completions"]) == 1 and len(killed["completions"]) == 2
+    assert again["completions"][0] == killed["completions"][1]
+    assert again["losses"][0] == killed["losses"][1] and again["rewards"][0] == killed["rewards"][1]
+    assert again["completions"][0] != report(resumed, "magrpo", 1)["completions"][0]
 
 
 def test_a_tensor_parallel_engine_group_gives_the_greedy_completions_of_one_engine_per_rank(resumed, tmp_path):
@@ -148,7 +147,7 @@ def test_a_tensor_parallel_engine_group_gives_the_greedy_completions_of_one_engi
 def test_a_data_parallel_checkpoint_resumes_on_one_process_following_the_seeds(ddp, single):
     """One process continues rank 0's random stream: the first prompt of the next rollout (rank 0's first, agent
     0) gets the same seed, so the same 4 samples, as on rank 0 of the 2-rank run (whose weights it holds)."""
-    resumed, rank0 = report(single, "magrpo"), report(ddp[0], "magrpo", 0)
+    resumed, rank0 = report(single, "magrpo"), report(ddp, "magrpo", 0)
     assert resumed["rollouts"] == 2 and len(resumed["completions"]) == 1 and len(rank0["completions"]) == 2
     assert len(resumed["completions"][0][0]) == 4 * 4  # all 4 instances in one process
     assert resumed["completions"][0][0][:4] == rank0["completions"][1][0][:4]
@@ -159,8 +158,8 @@ def test_a_two_rank_fsdp_checkpoint_resumes_on_four_ranks_following_the_seeds(fs
     """Ranks 0 and 1 continue their saved streams (2 and 3 start from their own seeds, with a warning): rank 0's
     first prompt of the next rollout gets the same seed and weights, so the same 4 samples."""
     run(tmp_path, "--sharding", "fsdp", "--learners", "magrpo",
-        "--resume", str(fsdp / "magrpo" / "checkpoints" / "checkpoint-1"), nproc=4)
-    resumed, straight = report(tmp_path, "magrpo", 0), report(fsdp, "magrpo", 0)
+        "--resume", str(fsdp[0] / "magrpo" / "checkpoints" / "checkpoint-1"), nproc=4)
+    resumed, killed = report(tmp_path, "magrpo", 0), report(fsdp[0], "magrpo", 0)
     assert resumed["world"] == 4 and resumed["rollouts"] == 2 and len(resumed["completions"]) == 1
     assert len(resumed["completions"][0][0]) == 4  # one instance per rank
-    assert resumed["completions"][0][0] == straight["completions"][1][0][:4]
+    assert resumed["completions"][0][0] == killed["completions"][1][0][:4]
