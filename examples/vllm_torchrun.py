@@ -1,4 +1,4 @@
-# Run: .venv-vllm/bin/torchrun --standalone --nproc_per_node 2 examples/vllm_torchrun.py [--sharding fsdp] [--lora]
+# Run: .venv-vllm/bin/torchrun --standalone --nproc_per_node 2 examples/vllm_torchrun.py [--sharding fsdp] [--learners lora]
 """vLLM rollouts under torchrun: every rank samples its share of each batch on engines of its own, trains with data
 parallelism (`--sharding none`) or FSDP2 (`--sharding fsdp`), and pushes the new weights into its engines after
 each optimizer step (FSDP: gathered tensor by tensor; LoRA: the adapters only).
@@ -38,8 +38,9 @@ parser.add_argument("--sharding", choices=("fsdp", "none"), default="none")
 parser.add_argument("--epochs", type=int, default=2, help="(magrpo, lora: one rollout of 4 instances per epoch)")
 parser.add_argument("--check", action="store_true", help="engine vs trainer log-probs after every optimizer step")
 parser.add_argument("--resume", default=None, help="(magrpo) a checkpoint-* directory to continue from")
-parser.add_argument("--fail-at", type=int, default=None, help="(tests; magrpo) the last rank raises in this rollout")
-parser.add_argument("--tensor-parallel", type=int, default=1)
+parser.add_argument("--fail-at", type=int, default=None,
+                    help="(tests; magrpo) the last rank raises after this rollout is trained, before its checkpoint")
+parser.add_argument("--tensor-parallel", type=int, default=1, help="ranks per engine (vllm_tensor_parallel_size)")
 args = parser.parse_args()
 LORA = {"r": 4, "lora_alpha": 8, "target_modules": ["q_proj", "v_proj"]}
 
