@@ -1,4 +1,4 @@
-# Run: .venv-vllm/bin/torchrun --standalone --nproc_per_node 2 examples/vllm_torchrun.py [--sharding fsdp] [--learners lora]
+# Run: .venv-vllm/bin/torchrun --standalone --nproc_per_node 2 examples/vllm_torchrun.py [--sharding fsdp] [--check]
 """vLLM rollouts under torchrun: every rank samples its share of each batch on engines of its own, trains with data
 parallelism (`--sharding none`) or FSDP2 (`--sharding fsdp`), and pushes the new weights into its engines after
 each optimizer step (FSDP: gathered tensor by tensor; LoRA: the adapters only).
