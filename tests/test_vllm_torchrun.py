@@ -111,7 +111,8 @@ def test_a_rank_that_raises_ends_the_run_on_all_ranks_with_its_error(fsdp):
     assert done.returncode != 0
     assert "RuntimeError: rank 1 fails on purpose after rollout 2" in done.stderr
     assert ended - failed < 60
-    assert sorted(p.name for p in (out / "magrpo" / "checkpoints").iterdir()) == ["checkpoint-1"]
+    # rank 0 may have begun checkpoint-2 (a hidden temporary folder, never a checkpoint) when rank 1 died
+    assert sorted(p.name for p in (out / "magrpo" / "checkpoints").glob("checkpoint-*")) == ["checkpoint-1"]
 
 
 def test_the_toy_learns_on_two_ranks_as_well_as_in_one_process(fsdp, ddp, single):
