@@ -105,6 +105,7 @@ def main() -> int:
     p.add_argument("--smoke", action="store_true", help="a tiny model and a small turn (the CPU path of the tests)")
     p.add_argument("--vllm-python", default=None)
     p.add_argument("--row-timeout", type=float, default=100.0)
+    p.add_argument("--agents", type=int, nargs="+", default=[1, 4], help="teams: 1 agent, n LoRA agents")
     p.add_argument("--child", nargs=2, metavar=("BACKEND", "AGENTS"), help=argparse.SUPPRESS)
     p.add_argument("--model", default=None, help="a model folder (default: SmolLM2-135M, see above)")
     a = p.parse_args()
@@ -112,8 +113,8 @@ def main() -> int:
         import vllm_backend
         import workload
 
-        if a.smoke:  # a small epoch too: 4 prompts, 8 new tokens
-            workload.PROMPTS, workload.MAX_NEW_TOKENS = workload.PROMPTS[:4], 8
+        if a.smoke:  # a small epoch too (4 prompts, 8 new tokens), on one thread (a shared CPU: no spinning)
+            workload.PROMPTS, workload.MAX_NEW_TOKENS, workload.NUM_THREADS = workload.PROMPTS[:4], 8, 1
         result = vllm_backend.run(a.model, a.child[0], int(a.child[1]), 0.0, SMOKE_TURN if a.smoke else None)
         print(json.dumps(result))
         return 0
@@ -123,9 +124,9 @@ def main() -> int:
 
     device = torch.cuda.get_device_name(0) if torch.cuda.is_available() else f"no GPU ({platform.processor() or 'cpu'})"
     python, vllm_line = vllm_python(a.vllm_python)
-    rows = [("hf", n, row(sys.executable, model, "hf", n, a.smoke, a.row_timeout)) for n in (1, 4)]
+    rows = [("hf", n, row(sys.executable, model, "hf", n, a.smoke, a.row_timeout)) for n in a.agents]
     if python is not None:
-        rows += [("vllm", n, row(python, model, "vllm", n, a.smoke, a.row_timeout)) for n in (1, 4)]
+        rows += [("vllm", n, row(python, model, "vllm", n, a.smoke, a.row_timeout)) for n in a.agents]
     lines = [f"# gpu-check, {time.strftime('%Y-%m-%d %H:%M UTC', time.gmtime())}", "",
              f"- device: {device}; torch {torch.__version__}", f"- model: {what}", f"- {vllm_line}", "",
              *table(rows), "", f"{time.perf_counter() - start:.0f} s in all."]

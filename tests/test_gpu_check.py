@@ -28,18 +28,18 @@ def test_without_vllm_one_line_says_why_its_rows_are_skipped(tmp_path):
 
 @pytest.mark.vllm
 def test_the_cpu_path_writes_every_row(tmp_path):
-    """HF and vLLM, 1 agent and 4 LoRA agents, each in a fresh process: numbers in every row, and the engine
-    samples what the trainer holds (ratio 1)."""
+    """HF and vLLM for 4 LoRA agents (the 1-agent rows take the same path; left out to save CI time), each in a
+    fresh process: numbers in every row, and the engine samples what the trainer holds (ratio 1)."""
     pytest.importorskip("vllm")
     out = tmp_path / "gpu-check.md"
     done = subprocess.run([sys.executable, str(SCRIPT), "--smoke", "--out", str(out), "--work", str(tmp_path),
-                           "--vllm-python", sys.executable, "--row-timeout", "300"],
+                           "--vllm-python", sys.executable, "--row-timeout", "300", "--agents", "4"],
                           capture_output=True, text=True, env=child_env(VLLM_LOGGING_LEVEL="ERROR"), timeout=1500)
     assert done.returncode == 0, done.stderr[-3000:]
     text = out.read_text()
     assert "- model: a tiny random Qwen2 (smoke run)" in text and "- vLLM 0." in text
     rows = {tuple(m.groups()[:2]): m.group(3) for m in re.finditer(r"^\| (hf|vllm) \| (1|4 LoRA) \| (.*)$", text, re.M)}
-    assert sorted(rows) == [("hf", "1"), ("hf", "4 LoRA"), ("vllm", "1"), ("vllm", "4 LoRA")], text
+    assert sorted(rows) == [("hf", "4 LoRA"), ("vllm", "4 LoRA")], text
     for key, cells in rows.items():
         tokens, epoch, gpu, sync, ratio = [c.strip() for c in cells.split("|")[:5]]
         assert float(tokens.replace(",", "")) > 0 and float(epoch) > 0 and (gpu == "-" or float(gpu) > 0), (key, cells)
