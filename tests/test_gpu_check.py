@@ -28,7 +28,7 @@ def test_without_vllm_one_line_says_why_its_rows_are_skipped(tmp_path):
 
 @pytest.mark.vllm
 def test_the_cpu_path_writes_every_row(tmp_path):
-    """HF and vLLM for 4 LoRA agents (the 1-agent rows take the same path; left out to save CI time), each in a
+    """HF and vLLM for 4 LoRA agents (the 1-agent rows, one full-weights engine, left out to save CI time), each in a
     fresh process: numbers in every row, and the engine samples what the trainer holds (ratio 1)."""
     pytest.importorskip("vllm")
     out = tmp_path / "gpu-check.md"
