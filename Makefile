@@ -41,8 +41,9 @@ $(VLLM_STAMP): pyproject.toml
 	$(VLLM_VENV)/bin/pip uninstall -q -y torchvision torchaudio torchcodec
 	touch $(VLLM_STAMP)
 
-# The vLLM generation backend on CPU (tests marked `vllm`: about 2 minutes in one process, then about 9 under
-# torchrun on 2 gloo ranks, tests/test_vllm_torchrun.py; after the ~4-minute install).
+# The vLLM generation backend on CPU (tests marked `vllm`: about 2 minutes in one process, 8 under torchrun on 2
+# gloo ranks (tests/test_vllm_torchrun.py), 3 for gpu-check's CPU path, on a loaded 2-core machine; after the
+# ~4-minute install).
 test-vllm: $(VLLM_STAMP)
 	VLLM_LOGGING_LEVEL=WARNING $(VLLM_VENV)/bin/python -m pytest -q -m 'vllm and not slow' -p no:warnings tests/test_vllm.py tests/test_vllm_torchrun.py tests/test_gpu_check.py
 
