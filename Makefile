@@ -26,7 +26,7 @@ demo: $(STAMP)
 test: $(STAMP)
 	$(BIN)/python -m pytest -q
 
-# FSDP under torchrun (tests/test_fsdp.py: eight runs of 1 to 4 processes, two to three minutes on 2 cores).
+# FSDP under torchrun (tests/test_fsdp.py: nine runs of 1 to 4 processes, three to four minutes on 2 cores).
 test-fsdp: $(STAMP)
 	$(BIN)/python -m pytest -q -m 'fsdp and not slow' tests/test_fsdp.py
 

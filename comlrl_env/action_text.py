@@ -11,7 +11,9 @@ An answer plays an action only when it names exactly one legal action, in one of
      for `Liar` (never a number: `1` is not `13`).
    With `numbered=True` (the prompt numbers the legal actions 1, 2, ...), an answer that is one whole
    number names the action at that position (`2` for the second listed; a one-token answer a small model
-   can find), and never an action whose short form is that number.
+   can find), and never an action whose short form is that number. A copied list line, the number then
+   the action (`3. x(0,2)`, `3) x(0,2)`, `3 - x(0,2)`), names that action when both name the same one;
+   a number with another action's text names none.
 2. **One answer line.** A line `Action: <text>` (or `Answer:`, `Move:`; case and markdown emphasis
    ignored) whose text names one legal action by rule 1. Several answer lines must all name the same one.
 
@@ -99,6 +101,10 @@ class _Forms:
             return ActionMatch(next(iter(hits)))
         if len(hits) > 1:
             return ActionMatch(None, f"ambiguous: {answer!r} is a short form of {len(hits)} legal actions")
+        if numbered:
+            listed = self.listed_line(answer)
+            if listed is not None:
+                return listed
         if answer.isascii() and answer.isalpha():
             starts = [i for i, w in enumerate(self.first_words) if w.startswith(answer)]
             if len(starts) == 1:
@@ -106,6 +112,22 @@ class _Forms:
             if starts:
                 return ActionMatch(None, f"ambiguous: {len(starts)} legal actions begin with {answer!r}")
         return ActionMatch(None, "")
+
+    def listed_line(self, answer: str) -> ActionMatch | None:
+        """A copied line of a numbered list (`answer` normalised: `3 x 0 2` from `3. x(0,2)`): the action numbered
+        so when the text after the number names that same action (rule 1), invalid when it names another one;
+        None when `answer` is no number followed by an action."""
+        number, _, rest = answer.partition(" ")
+        if not (number.isascii() and number.isdigit() and rest):
+            return None
+        named = self.whole(rest).index
+        if named is None:
+            return None
+        n = int(number)
+        if n == named + 1:
+            return ActionMatch(named)
+        return ActionMatch(None, f"ambiguous: the number {n} and the text {rest!r} name different legal actions "
+                                 f"(the text names number {named + 1})")
 
     def mentioned(self, text: str) -> list[int]:
         """Legal actions whose full normalised text occurs in `text` as whole words (for reasons only)."""

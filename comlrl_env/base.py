@@ -163,16 +163,20 @@ class TextParallelEnv(ParallelEnv[AgentID, str, str], metaclass=abc.ABCMeta):
         self.task["quality"] = quality
         return quality - previous
 
-    def is_echo(self, text: str) -> bool:
-        """True when `text` restates an observation of this episode (any agent's, any turn).
+    def is_echo(self, text: str, agent: AgentID | None = None) -> bool:
+        """True when `text` restates an observation of this episode (any agent's, or `agent`'s own; any turn).
 
         It restates one when it contains it (whitespace and case aside) or is nearly it (difflib ratio
-        >= 0.9). Tasks treat such an answer as no answer, so copying the prompt earns nothing.
+        >= 0.9). Tasks treat such an answer as no answer, so copying the prompt earns nothing. A game of
+        private information passes the answering `agent`: whether a guess at another seat's prompt is
+        flagged must not tell the seat that its guess was right.
         """
         answer = " ".join(text.split()).lower()
         if not answer:
             return False
-        seen = [*self._observations.values(), *(o for h in self.prompt_history.values() for o in h)]
+        agents = list(self._observations) if agent is None else [agent]
+        seen = [*(self._observations.get(a, "") for a in agents),
+                *(o for a, h in self.prompt_history.items() if agent is None or a == agent for o in h)]
         for observation in {" ".join(o.split()).lower() for o in seen}:
             if observation and observation in answer:
                 return True

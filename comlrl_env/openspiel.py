@@ -35,15 +35,23 @@ simultaneous-move node (whose actions are applied together, in one `step`).
 it is not to move). The text of an agent not to move is ignored: never parsed,
 never flagged, never penalised. `infos[agent]["to_move"]` says the same.
 
+**Infos** tell a seat nothing its information state does not: `infos[agent]["turn"]`
+counts the steps at which that agent was to move (not the env's steps, which
+would count the others' moves, failed attempts included in phantom_ttt), and
+its `prompt_history` / `response_history` hold those steps' prompts and answers.
+`env.turn`, `env.prompt_history` and `env.response_history` keep every step.
+
 **Action format** (`comlrl_env.action_text`, whose docstring has the rule in
 full). An answer plays an action only when it names exactly one legal action:
 the whole answer is that action's text (`action_to_string`, e.g. `Bet`,
 `x(1,1)`, `(Play 0)`, `[P0]Bid: 3`), compared with case, spacing, brackets and
 punctuation ignored, or one of its short forms (`1,1` for `x(1,1)`, `13` or
 `bid 13` for `[P0]Bid: 13`, `b` for `Bet`); or the answer has one line
-`Action: <text>`. An answer that names two or more actions, restates an
-observation (`is_echo`), uses lookalike letters, or names an occupied or
-malformed cell is invalid, and so is empty text or a non-`str`.
+`Action: <text>`. An answer that names two or more actions, restates one of
+the seat's own observations (`is_echo(text, agent)`: a copy of another seat's
+private view is never checked, so the reason cannot reveal it), uses lookalike
+letters, or names an occupied or malformed cell is invalid, and so is empty
+text or a non-`str`.
 `infos[agent]["invalid_action"]` gives the reason; model text never raises.
 
 **Invalid actions** (`invalid_action=`):
@@ -69,11 +77,18 @@ A game without a finite utility range (the mean-field games) needs
 
 **Chance.** Chance outcomes are drawn from the env's `np_random` with the
 probabilities of `chance_outcomes()` as soon as a chance node is reached, so
-`reset(seed=s)` replays an episode; `env.chance_history` lists them in order
-(applying the players' actions and these outcomes to a fresh state replays the
-episode). Games that sample chance internally from an `rng_seed` parameter
+`reset(seed=s)` replays an episode; `env.chance_history` lists them in order.
+Games that sample chance internally from an `rng_seed` parameter
 (negotiation) are reloaded at each reset with an `rng_seed` drawn from
-`np_random` (or the one you give, which then fixes the instance).
+`np_random` (or the one you give, which then fixes the instance); their
+`chance_history` is `[0]`, as the deal comes from the game's own generator.
+
+**Replay.** `env.replay(history)` applies OpenSpiel's action ids (the players'
+actions and the chance outcomes, as `env.game_state.history()` lists them) to
+a new state of a freshly loaded copy of the episode's game
+(`env.game.get_parameters()`, its `rng_seed` included). That fresh load is
+what a replay needs: `env.game.new_initial_state()` would deal negotiation
+another instance, since each state the game makes draws from its generator.
 
 **Reward.** A step's reward is the change of OpenSpiel's `state.returns()`
 over the step (the players' move and any chance moves after it): OpenSpiel's
@@ -286,6 +301,22 @@ class OpenSpielEnv(TextParallelEnv):
         """Chance outcomes applied in this episode, in order."""
         return list(self.task["chance_history"]) if self.task else []
 
+    def replay(self, history: Sequence[int] | None = None) -> Any:
+        """A new state of a freshly loaded copy of this episode's game (module docstring: Replay) with `history`
+        applied: OpenSpiel's action ids in order, chance outcomes included, a simultaneous node's actions in
+        player order (`state.history()`; None takes the live state's: the episode so far)."""
+        history = self.game_state.history() if history is None else list(history)
+        state = self._load_game(self.game.get_parameters()).new_initial_state()
+        i = 0
+        while i < len(history):
+            if state.is_simultaneous_node():
+                state.apply_actions(history[i:i + self.game.num_players()])
+                i += self.game.num_players()
+            else:
+                state.apply_action(history[i])
+                i += 1
+        return state
+
     def player(self, agent: AgentID) -> int:
         """The OpenSpiel player index `agent` plays (`agent_i` is player i)."""
         if agent not in self.possible_agents:
@@ -324,8 +355,9 @@ class OpenSpielEnv(TextParallelEnv):
         # Fallback moves ("random") draw from their own stream, seeded here, so they never shift chance.
         fallback = np.random.default_rng(int(self.np_random.integers(2**63 - 1)))
         # "paid": the returns already handed out as rewards; a step pays the difference.
+        # "decisions": per agent, the steps at which it was to move (what its infos may tell it about).
         return {"chance_history": chance_history, "paid": [0.0] * self.game.num_players(), "fallback": fallback,
-                "forfeited": []}
+                "forfeited": [], "decisions": {a: [] for a in self.possible_agents}}
 
     def _play_chance(self, chance_history: list[int]) -> None:
         state = self.game_state
@@ -375,14 +407,16 @@ class OpenSpielEnv(TextParallelEnv):
         chosen: dict[int, int] = {}
         offenders: list[AgentID] = []
         for agent in self.to_move():
+            self.task["decisions"][agent].append(self.turn)
             player = self.player(agent)
             legal = state.legal_actions(player)
             texts = [state.action_to_string(player, a) for a in legal]
             text = actions.get(agent, "")
             found = read_action(text, texts, self.numbered_actions)
             reason = found.reason
-            # An answer that parses restates an observation only when it is much longer than its action.
-            if found.index is not None and len(text) > len(texts[found.index]) + 40 and self.is_echo(text):
+            # An answer that parses restates an observation only when it is much longer than its action. Only
+            # the seat's own observations count: a copy of another seat's private view must not be told apart.
+            if found.index is not None and len(text) > len(texts[found.index]) + 40 and self.is_echo(text, agent):
                 found, reason = ActionMatch(None), "it restates the observation"
             if found.index is None:
                 self.flag_invalid(agent, f"{text[:80]!r}: {reason}")
@@ -402,6 +436,17 @@ class OpenSpielEnv(TextParallelEnv):
             state.apply_action(next(iter(chosen.values())))
         self._play_chance(self.task["chance_history"])
         return self._pay([float(r) for r in state.returns()]), bool(state.is_terminal())
+
+    def _info(self, agent: AgentID) -> dict[str, Any]:
+        """The base's infos, cut to what the seat knows: `turn` counts the steps at which `agent` was to move,
+        and `prompt_history` / `response_history` hold those steps' prompts and answers only. The steps in
+        between would count the others' moves, which a game can hide (phantom_ttt's failed attempts)."""
+        info = super()._info(agent)
+        steps = (self.task or {}).get("decisions", {}).get(agent, [])
+        info["turn"] = len(steps)
+        info["prompt_history"] = [self.prompt_history[agent][t] for t in steps]
+        info["response_history"] = [self.response_history[agent][t] for t in steps]
+        return info
 
     def _pay(self, returns: list[float]) -> dict[AgentID, float]:
         """Rewards that bring each seat's paid total to `returns`."""

@@ -5,19 +5,30 @@ The algorithms sit at the top, in the seed system's modules (`reinforce.py`, `ac
 loop), `rollout/` (the engine and its generation backends), `models/`, `checkpointing/` and `parallel/`.
 """
 
-from learners.actor_critic import IAC, MAAC, IACConfig, IACTrainer, MAACConfig, MAACTrainer
-from learners.checkpoint import (
+from learners.install_checks import check_torchvision
+
+check_torchvision()  # before transformers: a torchvision that does not import breaks every model import
+
+from learners.actor_critic import IAC, MAAC, IACConfig, IACTrainer, MAACConfig, MAACTrainer  # noqa: E402
+from learners.checkpoint import (  # noqa: E402
     CheckpointError,
     InexactResumeWarning,
     load_checkpoint,
     read_checkpoint_metadata,
     save_checkpoint,
 )
-from learners.loop import Learner, LearnerConfig
-from learners.models import Frozen
-from learners.preference import MARLHF, MARLHFConfig, MARLHFIter, MARLHFIterConfig, MARLHFIterTrainer, MARLHFTrainer
-from learners.reinforce import MAGRPO, MAGRPOConfig, MAGRPOTrainer
-from learners.rollout import GenerationSettings, Rollout, RolloutEngine, SampleBatch
+from learners.loop import Learner, LearnerConfig  # noqa: E402
+from learners.models import Frozen  # noqa: E402
+from learners.preference import (  # noqa: E402
+    MARLHF,
+    MARLHFConfig,
+    MARLHFIter,
+    MARLHFIterConfig,
+    MARLHFIterTrainer,
+    MARLHFTrainer,
+)
+from learners.reinforce import MAGRPO, MAGRPOConfig, MAGRPOTrainer  # noqa: E402
+from learners.rollout import GenerationSettings, Rollout, RolloutEngine, SampleBatch  # noqa: E402
 
 __all__ = [
     "CheckpointError",

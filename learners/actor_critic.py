@@ -22,19 +22,19 @@ lambda = 0 gives the reference's TD(0) targets y_t = r_t + discount * V(s_{t+1})
   (joint) action, read at the last completion token (a SARSA-style target).
 
 Episodes are played in parallel mode: `num_generations` copies of each task instance, one sample per agent per turn.
+The settings (`IACConfig`, `MAACConfig`) live in `learners.actor_critic_config`.
 """
 
 from __future__ import annotations
 
-import dataclasses
 import os
 import time
-from typing import Any, ClassVar
+from typing import Any
 
 import torch
 from torch import nn
 
-from learners.loop.config import LearnerConfig, canonicalize
+from learners.actor_critic_config import ActorCriticConfig, IACConfig, MAACConfig
 from learners.loop.data import seed_everything
 from learners.loop.learner import Learner
 from learners.loop.losses import POLICY_STATS, policy_terms, reference_kl, value_loss
@@ -44,6 +44,7 @@ from learners.models.agents import resolve_sources, save_gathered
 from learners.models.critics import CausalLMWithValueHead, ValueHead, load_critics
 from learners.parallel.fsdp import pass_sync
 from learners.parallel.placement import resolve_devices
+from learners.reinforce import acting_group_advantages
 from learners.rollout import Rollout, SampleBatch
 from learners.rollout.backends import corrected_advantages
 from learners.rollout.scoring import token_logprobs
@@ -63,90 +64,6 @@ __all__ = [
     "normalize_per_turn",
     "value_loss",
 ]
-
-
-# ----- configs ----------------------------------------------------------------------------
-
-
-@dataclasses.dataclass
-class ActorCriticConfig(LearnerConfig):
-    """Fields shared by IAC and MAAC (the reference's names and meanings)."""
-
-    num_train_epochs: int = 40
-    """Passes over the task instances (the reference's actor-critic default)."""
-    num_generations: int = 1
-    """Independent episodes per task instance (parallel copies); 1 as in the reference."""
-    rollout_buffer_size: int = 8
-    """Task instances rolled out together (the reference's actor-critic default)."""
-    top_k: int | None = None
-    """Top-k sampling; None disables it (the reference's actor-critic default)."""
-    critic_learning_rate: float | None = 5e-6
-    """AdamW learning rate of the critics; None uses `agent_learning_rate`."""
-    critic_type: str = "v"
-    """"v": V(s) at the last prompt token; "q": Q(s, a) at the last completion token."""
-    value_loss_coef: float = 0.6
-    """Weight of the value loss: added to the policy loss for a shared head; scales a critic's own loss."""
-    value_clip_range: float | None = 0.2
-    """Clip the new value to V_old +- this in the critic loss (every critic type); None disables."""
-    advantage_normalization: bool = True
-    """Normalize advantages per agent and turn (population std, floored at 1e-6)."""
-    gae_lambda: float = 0.95
-    """GAE(lambda) for multi-turn episodes; 0 reproduces the reference's TD(0) targets."""
-    ppo_epochs: int = 1
-    """Passes over each rollout; more than one (or several minibatches) uses the clipped ratio."""
-    clip_range: float = 0.2
-    """PPO clipping of the ratio pi / pi_old when a rollout feeds several optimizer steps."""
-    length_normalization: bool = False
-    """Average token terms per completion instead of summing them (the reference sums)."""
-    critic_devices: str | list[str] | None = None
-    """Device of the critic(s); None: the agents' devices."""
-
-    NUMBERS: ClassVar[dict[str, Number]] = {
-        "num_generations": Number(low=1, integer=True),
-        "critic_learning_rate": Number(low=0, low_open=True, optional=True, fix="None uses agent_learning_rate."),
-        "value_loss_coef": Number(low=0, low_open=True),
-        "value_clip_range": Number(low=0, low_open=True, optional=True, fix="None disables value clipping."),
-        "gae_lambda": Number(low=0, high=1),
-        "ppo_epochs": Number(low=1, integer=True),
-        "clip_range": Number(low=0, low_open=True),
-    }
-    """The rule of each numeric field of the actor-critic learners' own (`Number`), checked at construction."""
-
-    def __post_init__(self) -> None:
-        super().__post_init__()
-        canonicalize(self, "critic_type", ("v", "q"))
-
-
-@dataclasses.dataclass
-class IACConfig(ActorCriticConfig):
-    """IAC settings; every field of the reference `IACConfig` is accepted with its meaning."""
-
-    use_separate_critic: bool = True
-    """True: one critic LLM per agent; False: a value head on each actor's backbone."""
-    value_head_hidden_dim: int | None = None
-    """Hidden size of the shared (actor-backbone) value head; None: a linear head."""
-    critic_value_head_hidden_dim: int | None = None
-    """Hidden size of the separate critics' value heads; None: a linear head."""
-
-    NUMBERS: ClassVar[dict[str, Number]] = {
-        "value_head_hidden_dim": Number(low=1, integer=True, optional=True, fix="None gives a linear head."),
-        "critic_value_head_hidden_dim": Number(low=1, integer=True, optional=True, fix="None gives a linear head."),
-    }
-    """The rule of each numeric field of IAC's own (`Number`), checked at construction."""
-
-
-@dataclasses.dataclass
-class MAACConfig(ActorCriticConfig):
-    """MAAC settings; the critic head size comes from `model_config["critic_value_head_hidden_dim"]`."""
-
-    critic_max_length: int | None = None
-    """Tokens of the joint text the centralized critic reads, keeping the last ones; None: all of it.
-    Separate from `max_prompt_length` (one agent's prompt): the joint text holds every agent's."""
-
-    NUMBERS: ClassVar[dict[str, Number]] = {
-        "critic_max_length": Number(low=1, integer=True, optional=True, fix="None lets the critic read all of it."),
-    }
-    """The rule of each numeric field of MAAC's own (`Number`), checked at construction."""
 
 
 # ----- pure functions ---------------------------------------------------------------------------
@@ -179,17 +96,18 @@ def gae_advantages(
     return adv, adv + values
 
 
-def normalize_per_turn(adv: torch.Tensor, turn: torch.Tensor, eps: float = 1e-6) -> torch.Tensor:
-    """(A - mean) / max(std, eps) per agent over the rows of each turn (population std)."""
-    out = adv.clone()
-    for t in turn.unique().tolist():
-        rows = turn == t
-        x = adv[:, rows]
-        if x.shape[1] > 1:
-            out[:, rows] = (x - x.mean(1, keepdim=True)) / x.std(1, unbiased=False, keepdim=True).clamp(min=eps)
-    return out
+def normalize_per_turn(adv: torch.Tensor, turn: torch.Tensor, acted: torch.Tensor | None = None,
+                       eps: float = 1e-6) -> torch.Tensor:
+    """(A - mean) / max(std, eps) per agent over the rows of each turn at which it was to move (population std).
 
-
+    `adv` `(A, S)`, `turn` `(S,)`, `acted` `(A, S)` (None: every agent moves at every row). The rows where
+    an agent waited are not trained on: they get 0 and move neither the mean nor the std. A turn with one
+    acting row gets 0 there, as the formula says: nothing to compare it with (so IAC and MAAC learn nothing
+    from a rollout of one episode with `advantage_normalization` on). The rule is MAGRPO's
+    (`learners.reinforce.acting_group_advantages`) with the turn as the group and the GAE advantage as the return.
+    Example: adv [[1, 3, 7.5]], turn [0, 0, 1] -> [[-1, 1, 0]].
+    """
+    return acting_group_advantages(adv, turn, acted, mode="raw", normalize=True, eps=eps)
 
 
 # ----- the shared learner ------------------------------------------------------------------
@@ -217,7 +135,7 @@ class ActorCritic(Learner):
                                       cfg.discount, cfg.gae_lambda)
         actor_adv = adv if adv.shape[0] == self.num_agents else adv.expand(self.num_agents, -1)
         if cfg.advantage_normalization:
-            actor_adv = normalize_per_turn(actor_adv, rollout.turn)
+            actor_adv = normalize_per_turn(actor_adv, rollout.turn, rollout.acted)
         corrected, old_logprobs, correction = corrected_advantages(self, rollout.samples, actor_adv, old_logprobs)
         metrics = self.update(rollout, corrected, old_values, targets, old_logprobs)
         metrics["perf/seconds_update"] = time.perf_counter() - t0
@@ -279,8 +197,18 @@ class ActorCritic(Learner):
         cfg: ActorCriticConfig = self.args
         seats = dict(count=self.num_seats, seats=self.seats) if per_seat else dict(count=count)
         devices = resolve_devices(cfg.critic_devices, what="critic", default=self.devices, **seats)
-        self.critics = load_critics(sources, devices, self.model_config, hidden_dim, cfg.gradient_checkpointing)
+        self.critics = load_critics(sources, devices, self.model_config, hidden_dim, cfg.gradient_checkpointing,
+                                    self.sharding)  # under FSDP folders load as skeletons (`Sharding.build`)
         self._critic_optimizers()
+
+    def _check_critic_vocabulary(self, c: int, agent: int, critic_name: str, reads: str) -> None:
+        """Refuse critic `c` when agent `agent`'s tokenizer, whose ids it reads, has ids beyond its embeddings
+        (they would fail with an IndexError at the first update); checked right after the critics load."""
+        vocab = self.critics[c].get_input_embeddings().weight.shape[0]
+        size = len(self.tokenizers[agent])
+        if vocab < size:
+            raise ValueError(f"{critic_name} has a vocabulary of {vocab} but reads {reads} ({size} tokens); use a "
+                             f"critic with agent {agent}'s tokenizer.")
 
     def _critic_optimizers(self) -> None:
         cfg: ActorCriticConfig = self.args
@@ -331,11 +259,8 @@ class IAC(ActorCritic):
             sources = resolve_sources("critic", self.critic_model, self.critic_sources, self.num_agents,
                                       broadcast_objects=True)
             self._load_critics(sources, self.num_agents, cfg.critic_value_head_hidden_dim, per_seat=True)
-            for i, (critic, tok) in enumerate(zip(self.critics, self.tokenizers)):
-                vocab = critic.get_input_embeddings().weight.shape[0]
-                if vocab < len(tok):
-                    raise ValueError(f"critic {i} has a vocabulary of {vocab} but reads agent {i}'s token ids "
-                                     f"({len(tok)} tokens); use a critic with the actor's tokenizer.")
+            for i in range(self.num_agents):
+                self._check_critic_vocabulary(i, i, f"critic {i}", f"agent {i}'s token ids")
         else:
             for agent in self.agents:
                 CausalLMWithValueHead.attach(agent, cfg.value_head_hidden_dim)
@@ -454,6 +379,7 @@ class MAAC(ActorCritic):
         seed_everything(cfg.seed)  # the value head starts identical across runs and ranks
         sources = resolve_sources("critic", self.critic_model, self.critic_sources, 1)
         self._load_critics(sources, 1, self.model_config.get("critic_value_head_hidden_dim"))
+        self._check_critic_vocabulary(0, 0, "MAAC's critic", "the joint text tokenized with agent 0's tokenizer")
         seed_everything(cfg.seed + self.dist.rank)  # ranks sample different completions
 
     def joint_texts(self, rollout: Rollout, idx: torch.Tensor) -> list[str]:

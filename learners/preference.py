@@ -76,6 +76,7 @@ class MARLHF:
         if not isinstance(cfg, self.config_class):
             raise TypeError(f"args must be a {self.config_class.__name__}, got {type(cfg).__name__}.")
         self.args = cfg
+        cfg.check_model_sources()  # every model path a config names, before any model loads
         source = cfg.reward_model_name
         if source is None:
             names = kwargs.get("agents") or [kwargs.get("agent_model")]

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import dataclasses
 import functools
+import os
 from typing import Any, ClassVar
 
 import torch
@@ -20,6 +21,7 @@ import torch
 from learners.actor_critic import IAC, MAAC, IACConfig, MAACConfig
 from learners.loop.config import LearnerConfig, canonicalize
 from learners.loop.learner import Learner
+from learners.models.agents import check_model_source
 from learners.reinforce import MAGRPO, MAGRPOConfig
 from learners.rollout.settings import Number
 from rewards.preferences import PAIR_SELECTIONS
@@ -135,6 +137,23 @@ class MARLHFConfig(LearnerConfig):
         self._check_reward_model_config()
         if self.pair_selection == "all" and self.preference_pairs_per_sample is not None:
             raise ValueError("pair_selection='all' keeps every pair: set preference_pairs_per_sample=None.")
+
+    def check_model_sources(self) -> None:
+        """Refuse, before any model loads, a model id or dir field (`reward_model_name`, `critic_model_name`,
+        MARLHFIter's `comparator_model_name` and `comparator_agents`) that is blank, not a string, or a path
+        with no folder behind it; the error names the field and the fix."""
+        agents = getattr(self, "comparator_agents", None)
+        if agents is not None and (isinstance(agents, (str, bytes)) or not isinstance(agents, (list, tuple))):
+            raise TypeError(f"comparator_agents must be a list of model ids or dirs, got {agents!r}; use "
+                            "comparator_model_name= for one.")
+        named = [(name, getattr(self, name, None)) for name in ("reward_model_name", "critic_model_name",
+                                                                "comparator_model_name")]
+        for label, source in named + [(f"comparator_agents[{i}]", s) for i, s in enumerate(agents or [])]:
+            if source is None and not label.startswith("comparator_agents"):
+                continue
+            if source is not None and not isinstance(source, (str, os.PathLike)):
+                raise TypeError(f"{label} must be a model id or dir (a str), got {type(source).__name__}.")
+            check_model_source(source, label)
 
     def _check_reward_model_config(self) -> None:
         conf = self.reward_model_config

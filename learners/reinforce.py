@@ -43,6 +43,7 @@ __all__ = [
     "MAGRPOTrainer",
     "POLICY_STATS",
     "acting_advantages",
+    "acting_group_advantages",
     "counterfactual_advantages",
     "group_relative_advantages",
     "policy_loss",
@@ -118,7 +119,8 @@ def group_relative_advantages(
 
     mean: A = R - mean_g(R);  raw: A = R;  max: A = R - max_g(R);
     rloo: A = R - (sum_g(R) - R) / (K_g - 1)  (= mean mode when K_g = 1).
-    normalize: A <- (A - mean_g(A)) / max(std_g(A), eps) in groups of K_g > 1 (population std).
+    normalize: A <- (A - mean_g(A)) / max(std_g(A), eps) in every group (population std), so a lone sample
+    gets 0 in every mode: it has nothing to be compared with.
     Example: one group, R = [1, 0, 0, 1], mean mode, no normalization -> [0.5, -0.5, -0.5, 0.5].
     """
     if mode not in ADVANTAGE_MODES:
@@ -148,23 +150,32 @@ def group_relative_advantages(
         adv = R - group_mean(R)
     if normalize:
         centred = adv - group_mean(adv)
-        std = group_mean(centred**2).sqrt().clamp(min=eps)
-        adv = torch.where(K > 1, centred / std, adv)
+        adv = centred / group_mean(centred**2).sqrt().clamp(min=eps)
     return adv
 
 
 def acting_advantages(returns: torch.Tensor, rollout: Rollout, mode: str = "mean",
                       normalize: bool = True) -> torch.Tensor:
-    """`group_relative_advantages` of `returns` `(A, S)`, with each agent's groups holding only the rows at
-    which it was to move (`rollout.acted`; turn-taking tasks). Its other rows get advantage 0: they hold no
-    sampled token and are not trained on. Without turn-taking this is `group_relative_advantages` itself."""
-    if rollout.acted is None or bool(rollout.acted.all()):
-        return group_relative_advantages(returns, rollout.group, mode, normalize)
+    """`group_relative_advantages` of `returns` `(A, S)` in the rollout's groups (`rollout.group`), each
+    agent's groups holding only the rows at which it was to move (`acting_group_advantages`)."""
+    return acting_group_advantages(returns, rollout.group, rollout.acted, mode, normalize)
+
+
+def acting_group_advantages(returns: torch.Tensor, group: torch.Tensor, acted: torch.Tensor | None,
+                            mode: str = "mean", normalize: bool = True, eps: float = 1e-6) -> torch.Tensor:
+    """`group_relative_advantages` of `returns` `(A, S)` in the groups `group` `(S,)`, with each agent's
+    groups holding only the rows at which it was to move (`acted` `(A, S)`; turn-taking tasks). Its other
+    rows get advantage 0: they hold no sampled token and are not trained on, so they must not move the
+    mean and std of the rows that are. `acted=None` (everyone moves everywhere) is
+    `group_relative_advantages` itself. MAGRPO groups by tree node or task copy, IAC and MAAC by turn.
+    Example: R = [[1, 5, 3, 0]] in one group, acted [[T, F, T, F]], mean mode -> [[-1, 0, 1, 0]]."""
+    if acted is None or bool(acted.all()):
+        return group_relative_advantages(returns, group, mode, normalize, eps)
     out = torch.zeros(returns.shape, dtype=torch.float32)
     for a in range(returns.shape[0]):
-        rows = rollout.acted[a]
+        rows = acted[a]
         if bool(rows.any()):
-            out[a, rows] = group_relative_advantages(returns[a:a + 1, rows], rollout.group[rows], mode, normalize)[0]
+            out[a, rows] = group_relative_advantages(returns[a:a + 1, rows], group[rows], mode, normalize, eps)[0]
     return out
 
 

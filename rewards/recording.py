@@ -123,7 +123,8 @@ class RecordedTests:
 
     @property
     def run_calls(self) -> tuple[RecordedCall, ...]:
-        """The calls one run makes, in the order `judge` reads them: the examples, then the hidden tests."""
+        """The calls one run makes, as `judge` numbers them: the examples, then the hidden tests (the harness runs
+        them in a fresh random order, `rewards.verdicts.run_order`)."""
         return self.examples + self.calls
 
 

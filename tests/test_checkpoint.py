@@ -394,6 +394,11 @@ def test_argument_errors(tiny_dir, tmp_path, trained_ckpt):
     json.dump(state, open(os.path.join(two, "state.json"), "w"))
     with pytest.raises(CheckpointError, match="completed 2 epochs but num_train_epochs=1"):
         shorter.learn(resume_from_checkpoint=two)
+    before = {k: v.clone() for k, v in shorter.agents[0].state_dict().items()}
+    with pytest.raises(CheckpointError, match="completed 1 epochs and num_train_epochs=1: the run is finished.*"
+                                              "pass more than 1"):
+        shorter.learn(resume_from_checkpoint=trained_ckpt)  # a finished run says so, and loads nothing
+    assert all(torch.equal(v, before[k]) for k, v in shorter.agents[0].state_dict().items())
     assert isinstance(CheckpointManager(learner, None), CheckpointManager)
 
 

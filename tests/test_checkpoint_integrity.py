@@ -81,7 +81,7 @@ def ckpts(tiny_dir, tmp_path_factory):
             st["step"].add_(3.0)
     for sch in learner.schedulers:
         sch.step()
-    learner.epoch, learner.env_steps, learner.optimizer_steps = 0, 99, 7
+    learner.epoch, learner.rollouts_done, learner.env_steps, learner.optimizer_steps = 0, 0, 99, 7  # consistent
     for cb in learner.callbacks:
         cb.steps, cb.reward = 42, -1.5
     random.seed(5), np.random.seed(5), torch.manual_seed(5)
@@ -252,6 +252,16 @@ CORRUPTIONS = {
     "NaN in state.json": (edit_json(lambda s: s["progress"].update(epoch=float("nan"))), "holds NaN"),
     "progress not ints": (edit_json(lambda s: s["progress"].update(epoch="one")), "corrupt state.json.*progress"),
     "progress over 2**63": (edit_json(lambda s: s["progress"].update(env_steps=2**70)), "progress"),
+    # -- progress that cannot belong to this run (issue 40: rollouts_done 10**9 loaded and training went on) --
+    "rollouts_done 10**9": (edit_json(lambda s: s["progress"].update(rollouts_done=10**9)),
+                            r"counts rollouts_done=1000000000, but epoch 1 x \d+ batches per epoch \+ batch 0 makes"),
+    "rollouts_done one short": (edit_json(lambda s: s["progress"].update(rollouts_done=s["progress"]["rollouts_done"]
+                                                                         - 1)), "counts rollouts_done="),
+    "a batch without its rollout": (edit_json(lambda s: s["progress"].update(batch_in_epoch=1)),
+                                    r"epoch 1 x 1 batches per epoch \+ batch 1 makes 2"),
+    "a negative counter": (edit_json(lambda s: s["progress"].update(rollouts_done=-1)), "non-negative ints"),
+    "a batch index past the epoch": (edit_json(lambda s: s["progress"].update(batch_in_epoch=99)),
+                                     r"is at batch 99 of an epoch of \d+ batches"),
     "unknown format": (edit_json(set_key("format_version", 99)), "unknown format"),
     "format_version true": (edit_json(set_key("format_version", True)), "unknown format"),
     "missing state.json": (lambda p, o: os.remove(os.path.join(p, "state.json")), "state.json is missing"),

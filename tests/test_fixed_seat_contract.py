@@ -33,3 +33,22 @@ def test_a_fixed_seat_that_breaks_its_contract_names_itself(tiny_dir, policy, er
     learner = magrpo(tiny_dir, TakeTurns(num_turns=2), agents=[tiny_dir, policy])
     with pytest.raises(error, match=match):
         learner.learn()
+
+
+class Raises(FixedPolicy):
+    """A fixed policy whose act() fails."""
+
+    def act(self, envs, agent, num_samples=1):
+        return {}["no such key"]
+
+    def describe(self):
+        return {"policy": "raises"}
+
+
+def test_a_fixed_seat_whose_act_raises_names_the_seat_and_chains_the_error(tiny_dir):
+    """It used to surface as a bare KeyError from the user's act(), with nothing naming the seat."""
+    learner = magrpo(tiny_dir, TakeTurns(num_turns=2), agents=[tiny_dir, Raises()])
+    with pytest.raises(RuntimeError, match=r"the fixed policy of seat 'agent_1' \(Raises \{'policy': 'raises'\}\) "
+                                           r"raised in act\(\): KeyError: 'no such key'") as info:
+        learner.learn()
+    assert isinstance(info.value.__cause__, KeyError)

@@ -1,14 +1,19 @@
 """FSDP2 sharding (`sharding="fsdp"`): errors before work, and under torchrun on CPU (gloo) the sharded runs of
-`examples/fsdp.py` against one process: same losses and weights, half the memory per rank, exact resume after
-a kill, checkpoints that load on another number of ranks, exported folders that load with from_pretrained.
+`examples/fsdp.py` against one process: same losses and weights, half the memory per rank (from the moment the
+learner is built), exact resume after a kill, checkpoints that load on another number of ranks and refuse
+corrupt shards, exported folders that load with from_pretrained and AutoPeftModelForCausalLM.
 
-The torchrun runs carry the `fsdp` marker (`make test-fsdp`, which `.ci/run` runs): two to three minutes on 2 cores.
+The torchrun runs carry the `fsdp` marker (`make test-fsdp`, which `.ci/run` runs): three to four minutes on 2
+cores.
 """
 
 from __future__ import annotations
 
+import hashlib
 import json
 import os
+import re
+import shutil
 import signal
 import subprocess
 import threading
@@ -86,15 +91,38 @@ def test_a_model_without_decoder_layers_is_refused_before_anything_is_sharded(mo
             Sharding(MAGRPOConfig(sharding="fsdp", fsdp_cpu_offload=True), Distributed(rank=0, world_size=2))
 
 
+def test_a_skeleton_filled_from_its_files_is_the_model_from_pretrained_loads(tiny_dir):
+    """Sharding while loading, on one process: the skeleton (parameters on meta, buffers real) filled whole from
+    the safetensors files equals `from_pretrained`'s model, tied weights and generation settings included."""
+    from transformers import AutoModelForCausalLM
+
+    from learners.parallel.loading import allocate, fill, skeleton
+
+    model, files = skeleton(tiny_dir, {})
+    names = {n for n, p in model.named_parameters() if p.device.type == "meta"}
+    assert names == {n for n, _ in model.named_parameters()} and all(b.device.type == "cpu" for b in model.buffers())
+    allocate(model, torch.device("cpu"))
+    fill(model, files, names, rank=0, world_size=1)
+    assert model.lm_head.weight is model.model.embed_tokens.weight  # tied, as from_pretrained ties them
+    reference = AutoModelForCausalLM.from_pretrained(tiny_dir)
+    ours, theirs = model.state_dict(), reference.state_dict()
+    assert ours.keys() == theirs.keys() and all(torch.equal(ours[k], theirs[k]) for k in ours)
+    assert model.name_or_path == str(tiny_dir) and not model.training
+    assert model.generation_config.to_dict() == reference.generation_config.to_dict()
+    ids = torch.tensor([[1, 2, 3]])
+    assert torch.equal(model(ids).logits, reference(ids).logits)
+    assert skeleton(tiny_dir, {"revision": "main"}) is None  # what only from_pretrained honours loads whole
+
+
 # ----- torchrun: two processes against one ----------------------------------------------------------------------
 
 
 @pytest.fixture(scope="module")
 def sharded(tmp_path_factory):
-    """MAGRPO, IAC, MAAC, then MAGRPO on ranks with unequal shares, one epoch each with sharding="fsdp" on 2 gloo
-    processes (beam search / greedy decoding, so that other runs can agree)."""
+    """MAGRPO, IAC, MAAC, MAGRPO on ranks with unequal shares, then MAGRPO with LoRA adapters, one epoch each with
+    sharding="fsdp" on 2 gloo processes (beam search / greedy decoding, so that other runs can agree)."""
     out = tmp_path_factory.mktemp("fsdp-two")
-    launch(out, "--learners", "magrpo", "iac", "maac", "uneven")
+    launch(out, "--learners", "magrpo", "iac", "maac", "uneven", "lora")
     return out
 
 
@@ -102,7 +130,7 @@ def sharded(tmp_path_factory):
 def single(tmp_path_factory):
     """The same, as one process holding whole models (the same global batch of 4 task instances)."""
     out = tmp_path_factory.mktemp("fsdp-one")
-    launch(out, "--learners", "magrpo", "iac", "maac", "--sharding", "none", nproc=0)
+    launch(out, "--learners", "magrpo", "iac", "maac", "lora", "--sharding", "none", nproc=0)
     return out
 
 
@@ -261,3 +289,120 @@ def test_lora_agents_on_one_sharded_base_sample_train_and_export_their_adapters(
                    for k, v in mine.items()}
         assert all(torch.equal(loaded[k], by_name[k]) for k in loaded)
         assert any(float(v.abs().max()) > 0 for k, v in loaded.items() if "lora_B" in k)  # trained (B starts at 0)
+
+
+@pytest.mark.fsdp
+def test_an_fsdp_lora_export_loads_with_auto_peft_and_equals_the_one_process_export(sharded, single):
+    """The adapter folders save_model writes under FSDP name the base model's own class (not FSDP's wrapper), so
+    AutoPeftModelForCausalLM loads them, and their weights are the one-process run's."""
+    from peft import AutoPeftModelForCausalLM
+
+    for a in (0, 1):
+        two, one = sharded / "lora" / "agents" / f"agent_{a}", single / "lora" / "agents" / f"agent_{a}"
+        mapping = json.loads((two / "adapter_config.json").read_text())["auto_mapping"]
+        assert mapping == json.loads((one / "adapter_config.json").read_text())["auto_mapping"]
+        assert mapping["base_model_class"] == "Qwen2ForCausalLM", mapping
+        loaded = [{k: v for k, v in AutoPeftModelForCausalLM.from_pretrained(d).state_dict().items() if "lora_" in k}
+                  for d in (two, one)]
+        assert loaded[0].keys() == loaded[1].keys() and len(loaded[0]) == 8  # A and B of q_proj, v_proj, 2 layers
+        diff = max_diff(*loaded)
+        print(f"agent_{a}: LoRA export under FSDP against one process: largest difference {diff:.2e}")
+        assert diff <= 1e-6
+        assert any(float(v.abs().max()) > 0 for k, v in loaded[0].items() if "lora_B" in k)  # trained
+
+
+# ----- a checkpoint's shards: verified before anything changes; a learner built without holding a model whole ---
+
+RANK_FILE = "shards/shard-0000{}-model-00001-of-00001.safetensors"
+
+
+def corrupt(checkpoint: Path, other: Path, out: Path) -> dict[str, Path]:
+    """Copies of the 2-rank `checkpoint`, each broken one way (`other`: a later checkpoint of the same run)."""
+    made = {}
+    for name in ("rank 0 deleted", "rank 1 deleted", "flipped", "swapped", "truncated", "negative second moment"):
+        made[name] = out / name.replace(" ", "-")
+        shutil.copytree(checkpoint, made[name])
+    (made["rank 0 deleted"] / RANK_FILE.format(1)).unlink()
+    (made["rank 1 deleted"] / RANK_FILE.format(2)).unlink()
+    shard = made["flipped"] / RANK_FILE.format(2)
+    data = bytearray(shard.read_bytes())
+    data[-100] ^= 1
+    shard.write_bytes(data)
+    shutil.copyfile(other / RANK_FILE.format(2), made["swapped"] / RANK_FILE.format(2))
+    shard = made["truncated"] / RANK_FILE.format(1)
+    shard.write_bytes(shard.read_bytes()[:-1000])
+    # A second moment below 0 in rank 1's pieces, with its digest recorded anew: only the value check sees it.
+    shard = made["negative second moment"] / RANK_FILE.format(2)
+    data = bytearray(shard.read_bytes())
+    size = int.from_bytes(data[:8], "little")
+    header = json.loads(data[8:8 + size])
+    key = next(k for k in sorted(header) if k.startswith("agent_0/optim/") and k.endswith("/exp_avg_sq"))
+    begin, end = header[key]["data_offsets"]
+    values = torch.frombuffer(bytes(data[8 + size + begin:8 + size + end]), dtype=torch.float32)
+    at = 8 + size + begin + 4 * int(torch.nonzero(values > 0)[0]) + 3
+    data[at] |= 0x80  # the sign bit of a positive float32 (little-endian)
+    shard.write_bytes(data)
+    state = json.loads((made["negative second moment"] / "state.json").read_text())
+    state["files"][RANK_FILE.format(2)] = {"bytes": len(data), "sha256": hashlib.sha256(data).hexdigest()}
+    (made["negative second moment"] / "state.json").write_text(json.dumps(state))
+    return made
+
+
+@pytest.fixture(scope="module")
+def refused(sharded, tmp_path_factory):
+    """One 2-rank run that builds MAGRPO (measuring each rank's peak bytes while it is built) and tries to resume
+    each corrupted copy of the sharded run's first checkpoint in turn."""
+    checkpoints = sharded / "magrpo" / "checkpoints"
+    made = corrupt(checkpoints / "checkpoint-1", checkpoints / "checkpoint-2", tmp_path_factory.mktemp("corrupt"))
+    out = tmp_path_factory.mktemp("fsdp-refused")
+    launch(out, "--learners", "magrpo", "--measure-build", "--try-resume", *map(str, made.values()))
+    return made, [json.loads((out / "magrpo" / f"resume-rank{r}.json").read_text()) for r in (0, 1)]
+
+
+@pytest.mark.fsdp
+def test_each_corrupt_shard_is_refused_naming_its_file_and_rank_and_the_learner_is_unchanged(refused):
+    made, ranks = refused
+    expected = {"rank 0 deleted": rf"rank 0's shard {RANK_FILE.format(1)} is missing",
+                "rank 1 deleted": rf"rank 1's shard {RANK_FILE.format(2)} is missing",
+                "flipped": rf"rank 1's shard {RANK_FILE.format(2)} does not match the SHA-256 recorded",
+                "swapped": rf"rank 1's shard {RANK_FILE.format(2)} does not match the SHA-256 recorded",
+                "truncated": rf"rank 0's shard {RANK_FILE.format(1)} has \d+ bytes, \d+ were written",
+                "negative second moment": r"shards: agent_0/optim/.*/exp_avg_sq \(rank 1's piece\) holds negative"}
+    for report in ranks:  # every rank raises the same error
+        assert report["unchanged"], report
+        for name, pattern in expected.items():
+            message = report["refused"][str(made[name])]
+            assert message is not None and message.startswith("CheckpointError: "), (name, message)
+            assert re.search(pattern, message), (name, message)
+
+
+@pytest.mark.fsdp
+def test_no_rank_holds_the_team_whole_while_the_learner_is_built(refused):
+    """Two agents on two ranks: each rank's peak bytes while the learner is built (models, optimizers, engine)
+    stay within half the team plus one decoder layer (before, every rank held both agents whole: 1.5x)."""
+    for rank, report in enumerate(refused[1]):
+        build = report["build"]
+        print(f"rank {rank}: peak {build['peak']} bytes while building, the team {build['team']}, a layer "
+              f"{build['layer']}: {build['peak'] / build['team']:.3f}x the team")
+        assert 0 < build["peak"] <= 0.5 * build["team"] + build["layer"]
+
+
+@pytest.mark.fsdp
+def test_shard_files_are_checked_in_process_against_state_json(sharded, tmp_path):
+    """The checks behind the refusals, on one process: a shard file state.json does not record is refused (DCP
+    would read it), and a checkpoint written before shards had digests still needs every rank's file."""
+    from learners.checkpointing.sharded import ShardedState
+
+    checkpoint = tmp_path / "ck"
+    shutil.copytree(sharded / "magrpo" / "checkpoints" / "checkpoint-1", checkpoint)
+    saved = json.loads((checkpoint / "state.json").read_text())
+    shards = ShardedState({}, {}, Distributed())
+    shards.verify(str(checkpoint), saved)  # as written
+    shutil.copyfile(checkpoint / RANK_FILE.format(2), checkpoint / RANK_FILE.format(3))
+    with pytest.raises(ValueError, match=rf"{RANK_FILE.format(3)} is a file its state.json does not record"):
+        shards.verify(str(checkpoint), saved)
+    (checkpoint / RANK_FILE.format(3)).unlink()
+    (checkpoint / RANK_FILE.format(2)).unlink()
+    older = {**saved, "sharded": {k: v for k, v in saved["sharded"].items() if k != "files"}}
+    with pytest.raises(ValueError, match=rf"rank 1's shard {RANK_FILE.format(2)} is missing"):
+        shards.verify(str(checkpoint), older)

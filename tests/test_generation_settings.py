@@ -203,6 +203,6 @@ def test_a_checkpoint_with_per_agent_settings_resumes(tiny_dir, tmp_path):
     resumed = magrpo(tiny_dir, num_train_epochs=2, temperature=[0.5, 2.0], stop_strings=[["\n"], None])
     resumed.learn(resume_from_checkpoint=os.path.join(d, "checkpoint-1"), checkpoint_dir=d)
     assert resumed.epoch == 2 and resumed.run_id == first.run_id
-    changed = magrpo(tiny_dir, num_train_epochs=2, temperature=[0.5, 1.0], stop_strings=[["\n"], None])
+    changed = magrpo(tiny_dir, num_train_epochs=3, temperature=[0.5, 1.0], stop_strings=[["\n"], None])
     with pytest.raises(CheckpointError, match="temperature: saved \\[0.5, 2.0\\], now \\[0.5, 1.0\\]"):
         changed.learn(resume_from_checkpoint=os.path.join(d, "checkpoint-2"))

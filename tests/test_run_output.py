@@ -42,13 +42,15 @@ def test_loading_and_saving_show_no_hugging_face_progress_bars(tiny_dir, tmp_pat
 
 
 def test_the_progress_bar_shows_reward_loss_and_kl():
+    """kl is the reference KL of the loss (`train/agent_i/kl`), not the policy step's approx_kl (issue 40)."""
     logger = RunLogger(None, None, {}, verbose=True)
     logger.start(total=1)
     logger.log({"train/reward_mean": 0.5, "train/agent_0/loss": 0.2, "train/agent_1/loss": 0.4,
-                "train/agent_0/approx_kl": 0.0, "train/agent_1/approx_kl": 0.02}, step=1, advance=1)
+                "train/agent_0/approx_kl": 0.0, "train/agent_1/approx_kl": 0.02,
+                "train/agent_0/kl": 0.0, "train/agent_1/kl": 0.02}, step=1, advance=1)
     shown = logger._bar.postfix
     logger.close()
-    assert shown == "reward=0.500, loss=0.3, kl=0.01"
+    assert shown == "reward=0.500, loss=0.3000, kl=0.0100"
 
 
 @pytest.mark.parametrize("source", ["outputs/quickstart/agents/agent_9", "./missing", "/no/such/model"])

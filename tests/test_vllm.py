@@ -18,6 +18,7 @@ vllm = pytest.importorskip("vllm")
 
 from comlrl_env.testing import tiny_model  # noqa: E402
 from learners.checkpoint import read_checkpoint_metadata  # noqa: E402
+from learners.models.agents import prepare_tokenizer  # noqa: E402
 from learners.models.fixed import Frozen  # noqa: E402
 from learners.reinforce import MAGRPO, MAGRPOConfig  # noqa: E402
 from learners.rollout.backends import HFBackend, VLLMBackend  # noqa: E402
@@ -147,7 +148,7 @@ def test_actor_critic_learners_train_on_vllm_rollouts(model_dir, learner_class):
 def fixed_completion(learner):
     """One prompt and a fixed completion of it, as a `SampleBatch`."""
     tok = learner.tokenizers[0]
-    ids, mask = encode_prompts(tok, learner.engine.backend.agent_settings[0], ["def add(a, b):"])
+    ids, mask, _ = encode_prompts(tok, learner.engine.backend.agent_settings[0], ["def add(a, b):"])
     fixed = torch.tensor([tok(" return a + b", add_special_tokens=False)["input_ids"] + [tok.eos_token_id]])
     return SampleBatch(ids, mask, fixed, torch.ones_like(fixed), [""])
 
@@ -309,3 +310,137 @@ def test_a_two_agent_team_learns_on_vllm_as_well_as_on_hf(model_dir):
             finals[backend].append(last)
     assert sum(finals["vllm"]) >= 0.8 * sum(finals["hf"]), finals
 
+
+
+# ----- one sampler contract: HF and vLLM agree (issue 43) ------------------------------------------------------
+
+
+def load(path):
+    model = AutoModelForCausalLM.from_pretrained(path, dtype=torch.float32)
+    tok = AutoTokenizer.from_pretrained(path)
+    prepare_tokenizer(tok)
+    return model, tok
+
+
+def hf_backend(model, tok, **settings):
+    return HFBackend([model], [tok], [GenerationSettings(**{"max_new_tokens": 12, "temperature": 1.0, "top_p": 1.0,
+                                                            "top_k": None, **settings})])
+
+
+def backends(model, tok, **settings):
+    """The same model and settings on both backends: `(hf, vllm)`."""
+    hf = hf_backend(model, tok, **settings)
+    return hf, VLLMBackend([model], [tok], hf.agent_settings, engine_args=KV_CACHE)
+
+
+def assert_same_samples(ours, theirs):
+    assert ours.completions == theirs.completions
+    assert torch.equal(ours.completion_ids, theirs.completion_ids)
+    assert torch.equal(ours.completion_mask, theirs.completion_mask)
+    assert torch.equal(ours.prompt_ids, theirs.prompt_ids) and torch.equal(ours.prompt_cut, theirs.prompt_cut)
+
+
+def greedy_rows(backend, prompts, num_samples=1):
+    batch = backend.generate(0, prompts, num_samples, greedy=True)
+    return batch, [row[:n] for row, n in zip(batch.completion_ids.tolist(), batch.completion_mask.sum(1).tolist())]
+
+
+def test_parity_a_stop_string_that_is_a_special_tokens_text(model_dir):
+    """vLLM looked for stop strings in text decoded without special tokens and ran on to max_new_tokens."""
+    model, tok = load(model_dir)
+    _, plain = greedy_rows(hf_backend(model, tok, max_new_tokens=24), PROMPTS)
+    marker = tok.convert_tokens_to_ids("<|im_start|>")
+    p, ids = next((p, ids) for p, ids in enumerate(plain) if len(set(ids)) > 1)
+    i = next(i for i in range(1, len(ids)) if ids[i] not in ids[:i])  # a token the completion has not had yet
+    with torch.no_grad():  # the model now emits the marker (not an EOS) where it greedily emitted that token
+        model.get_input_embeddings().weight[marker] = model.get_input_embeddings().weight[ids[i]] * 1.001
+    hf, ours = backends(model, tok, max_new_tokens=24, stop_strings=["<|im_start|>"])
+    theirs, rows = greedy_rows(hf, PROMPTS)
+    assert rows[p] == ids[:i] + [marker]
+    assert_same_samples(ours.generate(0, PROMPTS, 1, greedy=True), theirs)
+
+
+def test_parity_a_stop_string_spanning_the_prompts_end_does_not_stop(model_dir):
+    """Each stop string is the prompt's last character + its greedy completion's first: HF stopped after one
+    token (its criterion saw the prompt), vLLM did not."""
+    model, tok = load(model_dir)
+    plain = hf_backend(model, tok).generate(0, PROMPTS, 1, greedy=True).completions
+    stops = [prompt[-1] + text[0] for prompt, text in zip(PROMPTS, plain) if text]
+    hf, ours = backends(model, tok, stop_strings=stops)
+    theirs = hf.generate(0, PROMPTS, 1, greedy=True)
+    assert_same_samples(ours.generate(0, PROMPTS, 1, greedy=True), theirs)
+    assert theirs.completion_mask.sum(1).max() > 1
+
+
+def test_parity_greedy_with_several_samples_and_stop_strings(model_dir):
+    """HF's generate raised a ValueError for several greedy sequences per prompt."""
+    model, tok = load(model_dir)
+    plain = hf_backend(model, tok).generate(0, PROMPTS, 1, greedy=True).completions
+    stop = next(text[2:4] for text in plain if len(text) >= 4)
+    hf, ours = backends(model, tok, stop_strings=[stop])
+    theirs = hf.generate(0, PROMPTS, 3, greedy=True)
+    assert_same_samples(ours.generate(0, PROMPTS, 3, greedy=True), theirs)
+    assert theirs.completions[0::3] == theirs.completions[1::3] == theirs.completions[2::3]
+
+
+@pytest.fixture(scope="module")
+def short_dir(model_dir, tmp_path_factory):
+    """The same model with a context of 128 tokens (vLLM sizes its engine from the config)."""
+    model, tok = load(model_dir)
+    model.config.max_position_embeddings = 128
+    path = tmp_path_factory.mktemp("tiny-qwen2-hd64-128")
+    model.save_pretrained(path)
+    tok.save_pretrained(path)
+    return str(path)
+
+
+@pytest.mark.parametrize("settings, match", [
+    (dict(max_new_tokens=128), r"max_new_tokens=128 leaves no room for a prompt in agent 0's context of 128"),
+    (dict(max_new_tokens=16, max_prompt_length=120), r"max_prompt_length=120 \+ max_new_tokens=16 = 136 tokens "
+                                                     r"exceed agent 0's context of 128 tokens"),
+], ids=["no-room", "over"])
+def test_parity_settings_over_the_context_are_refused_by_both(short_dir, settings, match):
+    model, tok = load(short_dir)
+    for backend in (HFBackend, VLLMBackend):
+        with pytest.raises(ValueError, match=match):
+            backend([model], [tok], [GenerationSettings(**settings)])
+
+
+def test_parity_prompts_near_or_over_the_context_are_cut_alike(short_dir):
+    """A 113-token prompt with 16 new tokens: vLLM returned 15 tokens, HF 16; a 190-token one made vLLM raise."""
+    model, tok = load(short_dir)
+    prompts = [" ".join(f"x{i} = {i}" for i in range(n)) for n in (3, 19, 30)]
+    lengths = [len(tok(p)["input_ids"]) for p in prompts]
+    assert lengths[0] < 112 < lengths[1] < 128 < lengths[2], lengths
+    hf, ours = backends(model, tok, max_new_tokens=16, stop_strings=None)
+    theirs = hf.generate(0, prompts, 2, greedy=True)
+    assert_same_samples(ours.generate(0, prompts, 2, greedy=True), theirs)
+    assert theirs.prompt_cut.tolist() == [0, 0] + [n - 112 for n in lengths[1:] for _ in range(2)]
+    assert theirs.prompt_mask.sum(1).max() == 112
+    torch.manual_seed(0)
+    sampled = ours.generate(0, prompts, 4)  # sampling: every completion may use all 16 tokens
+    ended = sampled.completion_ids[torch.arange(len(sampled)), sampled.completion_mask.sum(1) - 1]
+    assert ((sampled.completion_mask.sum(1) == 16) | (ended == tok.eos_token_id)).all()
+
+
+def test_parity_a_temperature_below_vllms_floor_is_refused(model_dir):
+    """vLLM raised T < 0.01 to 0.01 with only a log warning, while the trainer scored at T."""
+    model, tok = load(model_dir)
+    with pytest.raises(ValueError, match=r"agent 0's temperature=1e-06 is below vLLM's floor of 0.01.*eval_greedy"):
+        VLLMBackend([model], [tok], [GenerationSettings(temperature=1e-6)], engine_args=KV_CACHE)
+    with pytest.raises(ValueError, match=r"temperature=1e-06 is below vLLM's floor"):
+        MAGRPOConfig(generation_backend="vllm", temperature=1e-6)
+    HFBackend([model], [tok], [GenerationSettings(temperature=1e-6)])  # HF samples at any T > 0 (a difference)
+
+
+def test_parity_lora_with_a_rank_pattern_trains_and_samples_alike(model_dir):
+    """The engine was sized from r alone: r=4 with rank_pattern {"v_proj": 16} failed at engine start."""
+    learner = magrpo(model_dir, "vllm", num_agents=2, peft_config={**LORA, "rank_pattern": {"v_proj": 16}},
+                     agent_learning_rate=5e-2, train_batch_size=1, n=4, max_new_tokens=6)
+    backend, batch = learner.engine.backend, fixed_completion(learner)
+    checks = check_after_every_step(learner, batch)
+    learner.learn()
+    assert len(checks) >= 4 and max(checks) < 1e-4, checks  # the engine holds every trained adapter exactly
+    hf = HFBackend(learner.agents, learner.tokenizers, backend.agent_settings, batch_adapters=False)
+    for a in range(2):
+        assert_same_samples(backend.generate(a, PROMPTS, 2, greedy=True), hf.generate(a, PROMPTS, 2, greedy=True))

@@ -23,7 +23,8 @@ Layout of `checkpoint_dir/checkpoint-{sequence}/` (`sequence` counts this run's 
     callbacks.pt                `state_dict()` of stateful callbacks, datasets, reward functions,
                                 formatters, ... and the learner's `extra_state()` (weights_only=True)
     shards/                     under FSDP: the sharded models and their optimizers, one safetensors file
-                                per rank (`sharded.py`); `models/` and `optim.pt` then hold the rest
+                                per rank (`sharded.py`; each file's digest and writing rank in state.json);
+                                `models/` and `optim.pt` then hold the rest
 
 Nothing is unpickled: JSON, safetensors and `torch.load(weights_only=True)`.
 
@@ -215,9 +216,11 @@ def resume_checkpoint(path: str | os.PathLike, state_for: Callable[[dict[str, An
         check_compatible(saved, state)
     except ValueError as exc:
         raise CheckpointError(f"checkpoint {path!r} {exc}") from exc
-    if state.shards is not None:
+    shards = None
+    if state.shards is not None:  # every shard file verified, then this rank's pieces read and validated
         try:
-            state.shards.check(path)
+            state.shards.check(path, saved)
+            shards = state.shards.read(path)
         except ValueError as exc:
             raise CheckpointError(f"checkpoint {path!r}: {exc}.") from exc
     tensors, optim, rng, extras = _read_files(path, saved, state.modules)
@@ -239,8 +242,8 @@ def resume_checkpoint(path: str | os.PathLike, state_for: Callable[[dict[str, An
         opt.load_state_dict(sd)
     for sch, sd in zip(state.schedulers, optim["schedulers"]):
         sch.load_state_dict(sd)
-    if state.shards is not None:
-        state.shards.load(path)
+    if shards is not None:
+        state.shards.apply(shards)
     _warn_if_inexact(path, saved.get("numerics"), numerics(state.modules, state.config.get("mixed_precision")))
     restore_rng(rng, state.dist)
     return {"progress": dict(saved["progress"]), "run_id": saved["run_id"], "sequence": saved["sequence"],
@@ -289,7 +292,7 @@ def _write(state: TrainingState, out: str) -> None:
         "schedulers": len(state.schedulers),
         "stateful": stateful_slots(state),
         "wandb": state.wandb,
-        "files": record_files(out, _file_names(state.modules)),
+        "files": record_files(out, _file_names(state.modules) + (state.shards.files() if state.shards else [])),
     }
     with open(os.path.join(out, STATE_FILE), "w", encoding="utf-8") as f:
         json.dump(metadata, f, indent=1)

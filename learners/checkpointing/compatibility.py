@@ -41,13 +41,25 @@ def check_compatible(saved: dict[str, Any], state: TrainingState) -> None:
         if key in saved_data and key in state.data and saved_data[key] != state.data[key]:
             raise ValueError(f"was trained on different data ({key}: saved {saved_data[key]!r}, now "
                              f"{state.data[key]!r}); pass the same dataset / environment.")
-    if saved["progress"]["batch_in_epoch"] > state.batches_per_epoch:
-        raise ValueError(f"is at batch {saved['progress']['batch_in_epoch']} of an epoch of "
-                         f"{state.batches_per_epoch} batches.")
+    _check_progress(saved["progress"], state.batches_per_epoch)
     now_stateful = stateful_slots(state)
     if saved["stateful"] != now_stateful:
         raise ValueError(f"saved the state of {_describe(saved['stateful'])}; this learner has "
                          f"{_describe(now_stateful)}. Pass the same stateful callbacks, datasets and functions.")
+
+
+def _check_progress(progress: dict[str, int], per_epoch: int) -> None:
+    """The counters must be the run's own: `batch_in_epoch` within an epoch of `per_epoch` batches, and
+    `rollouts_done` exactly the rollouts of the epochs done plus this epoch's batches (one rollout per batch,
+    so `epoch * per_epoch + batch_in_epoch`). Negative counters are refused earlier (`check_schema`)."""
+    epoch, batch, done = progress["epoch"], progress["batch_in_epoch"], progress["rollouts_done"]
+    if batch > per_epoch:
+        raise ValueError(f"is at batch {batch} of an epoch of {per_epoch} batches; its state.json does not belong "
+                         "to this run (same data and rollout_buffer_size).")
+    if done != epoch * per_epoch + batch:
+        raise ValueError(f"counts rollouts_done={done}, but epoch {epoch} x {per_epoch} batches per epoch + batch "
+                         f"{batch} makes {epoch * per_epoch + batch}; its state.json's progress was changed or "
+                         "belongs to another run. Resume from an unchanged checkpoint of this run.")
 
 
 def stateful_slots(state: TrainingState) -> list[list[str]]:

@@ -95,6 +95,13 @@ class CheckpointManager:
                 f"num_train_epochs counts the whole run, so pass at least {epoch}."
             )
         self._check_dir(meta["run_id"])  # refuse before anything is mutated
+        if isinstance(total, int) and epoch == total and getattr(self.learner, "wrapper", None) is None:
+            # (a learner driven by another, MARLHF's policy, resumes at its phase's end and the driver goes on)
+            raise CheckpointError(
+                f"checkpoint {path!r} has completed {epoch} epochs and num_train_epochs={total}: the run is "
+                f"finished, nothing is left to train; num_train_epochs counts the whole run, so pass more than "
+                f"{epoch} to train on."
+            )
         progress = self.learner.load_checkpoint(path)
         self.sequence = meta["sequence"]
         return progress

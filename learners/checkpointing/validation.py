@@ -19,7 +19,8 @@ from typing import Any
 
 import torch
 
-__all__ = ["all_finite", "check_like", "check_optimizer_state", "check_scheduler_state"]
+__all__ = ["all_finite", "check_group", "check_like", "check_optimizer_state", "check_param_state",
+           "check_scheduler_state"]
 
 ADAM_STATE = ("step", "exp_avg", "exp_avg_sq")
 """Per-parameter state of Adam and AdamW (plus `max_exp_avg_sq` with amsgrad)."""
@@ -46,7 +47,7 @@ def check_optimizer_state(sd: Any, optimizer: torch.optim.Optimizer) -> None:
         if not all(_is_int(pid) for pid in group["params"]):
             raise ValueError(f"parameter group {gi} lists parameter ids that are not ints")
         ids += group["params"]
-        _check_group(gi, group, own)
+        check_group(gi, group, own)
     if len(set(ids)) != len(ids):
         raise ValueError("lists a parameter in two places")
     known = set(ids)
@@ -68,7 +69,7 @@ def check_optimizer_state(sd: Any, optimizer: torch.optim.Optimizer) -> None:
                 raise ValueError(f"the state of parameter {pid} has keys {sorted(map(_short, entry))}, expected "
                                  f"{sorted(keys)}")
             for key, value in entry.items():
-                _check_param_state(f"{key} of parameter {pid}", key, value, param, (now or {}).get(key))
+                check_param_state(f"{key} of parameter {pid}", key, value, param, (now or {}).get(key))
 
 
 def check_scheduler_state(sd: Any, scheduler: Any) -> None:
@@ -143,7 +144,7 @@ def all_finite(tensor: torch.Tensor) -> bool:
 # ----- helpers ----------------------------------------------------------------------------------
 
 
-def _check_group(index: int, group: dict, own: dict) -> None:
+def check_group(index: int, group: dict, own: dict) -> None:
     """Every hyperparameter of a saved group is plain, finite, of the kind the optimizer has, and in range."""
     for key, value in group.items():
         if key == "params":
@@ -162,7 +163,11 @@ def _check_group(index: int, group: dict, own: dict) -> None:
             raise ValueError(f"{where} is {_short(value)}, expected two numbers in [0, 1)")
 
 
-def _check_param_state(where: str, key: Any, value: Any, param: torch.Tensor, now: Any) -> None:
+def check_param_state(where: str, key: Any, value: Any, param: torch.Tensor, now: Any) -> None:
+    """Raise ValueError (its message opens with `where`) unless the optimizer state `key` = `value` of `param`
+    is sound: a step a whole number >= 0, a moment a dense finite tensor of the parameter's shape and dtype (a
+    second moment >= 0), anything else a finite plain value; of the kind of `now`, the state it has now (None:
+    none)."""
     if key == "step":
         number = value
         if isinstance(value, torch.Tensor):

@@ -17,7 +17,7 @@ from typing import Any, ClassVar, Iterable
 
 import torch
 
-from learners.rollout.backends.vllm_engines import check_vllm_arguments, require_vllm
+from learners.rollout.backends.vllm_engines import check_temperature, check_vllm_arguments, require_vllm
 from learners.parallel.fsdp import SHARDINGS
 from learners.rollout.settings import (
     SAMPLING_NUMBERS,
@@ -25,6 +25,7 @@ from learners.rollout.settings import (
     Number,
     agent_value,
     check_agent_count,
+    check_generation_kwargs,
     check_numbers,
     check_sampling,
     per_agent_values,
@@ -144,8 +145,9 @@ class LearnerConfig(metaclass=ConfigMeta):
     max_new_tokens: int | list[int] = 256
     """Most tokens a completion may have, its EOS included; a list gives one per agent (e.g. [64, 256])."""
     temperature: float | list[float] = 0.6
-    """Sampling temperature (> 0) in training and sampled evaluation; greedy is `eval_greedy`. A list gives one
-    per agent; each agent's tokens are then also scored at its own temperature (`tempered_logprobs`)."""
+    """Sampling temperature (> 0; with "vllm" >= 0.01, vLLM's floor) in training and sampled evaluation; greedy
+    is `eval_greedy`. A list gives one per agent; each agent's tokens are then also scored at its own
+    temperature (`tempered_logprobs`)."""
     top_p: float | list[float] = 0.6
     """Nucleus sampling: keep the most likely tokens until their mass reaches top_p; 1.0 disables it. A list
     gives one per agent."""
@@ -158,11 +160,13 @@ class LearnerConfig(metaclass=ConfigMeta):
     use_chat_template: bool | list[bool] = False
     """Render each observation with the agent tokenizer's chat template; a list gives one per agent."""
     stop_strings: list[str] | list[list[str] | None] | None = None
-    """End a completion at the first of these strings (kept in it); sampling then uses `generate`. A list of
-    strings applies to every agent (["###"]); a list whose items are all lists or None gives one per agent
-    ([["###"], None]: only agent 0 stops at "###")."""
+    """End a completion at the first of these strings in its own text (kept in it; special tokens' text counts,
+    the prompt's does not); sampling then uses `generate`. A list of strings applies to every agent (["###"]);
+    a list whose items are all lists or None gives one per agent ([["###"], None]: only agent 0 stops at "###")."""
     max_prompt_length: int | None = None
-    """Truncate prompts (from the left) to this many tokens; None keeps them whole."""
+    """Truncate prompts (from the left) to this many tokens; None keeps them whole. Either way a prompt is cut
+    from the left to the model's context minus `max_new_tokens` (`SampleBatch.prompt_cut`, logged as
+    `train/prompt_cut_rate`); a `max_prompt_length + max_new_tokens` over the context is refused."""
     generation_kwargs: dict[str, Any] = dataclasses.field(default_factory=dict)
     """Extra `generate` arguments for training and evaluation."""
 
@@ -321,6 +325,7 @@ class LearnerConfig(metaclass=ConfigMeta):
         if "tensorboard" in sinks and self.output_dir is None:
             raise ValueError("report_to='tensorboard' writes into output_dir: set output_dir=...")
         self._check_generation_backend()
+        check_generation_kwargs(self)  # after the backend's check: "vllm" takes none
 
     def _check_generation_backend(self) -> None:
         """The backend's fields; "vllm" fails here, before any model loads, when vLLM is not installed."""
@@ -328,6 +333,9 @@ class LearnerConfig(metaclass=ConfigMeta):
         check_vllm_arguments(self.vllm_engine_args, self.generation_kwargs if self.generation_backend == "vllm" else {})
         if self.generation_backend != "vllm":
             return
+        temperatures = per_agent_values("temperature", self.temperature)
+        for i, t in enumerate(temperatures or [self.temperature]):
+            check_temperature("temperature" if temperatures is None else f"temperature[{i}]", t)
         world = int(os.environ.get("WORLD_SIZE", "1"))
         k = self.vllm_tensor_parallel_size
         if world % k:

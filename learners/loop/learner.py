@@ -17,7 +17,6 @@ function applied to every training rollout, and `wrapper`, whose `state_dict()` 
 from __future__ import annotations
 
 import abc
-import copy
 import dataclasses
 import json
 import math
@@ -156,7 +155,7 @@ class Learner(abc.ABC):
             tokenizer = tokenizer[0]
         self.agents, self.tokenizers = load_agents(agent_model, agents,
                                                    (1 if shared_base else count) if agents is None else None,
-                                                   tokenizer, self.model_config)
+                                                   tokenizer, self.model_config, None if cfg.peft_config else self.sharding)
         if shared_base:
             self.agents, self.tokenizers = self.agents * count, self.tokenizers * count
         if cfg.peft_config is not None:
@@ -164,15 +163,15 @@ class Learner(abc.ABC):
             self.agents = attach_adapters(self.agents, cfg.peft_config, cfg.merge_adapters_on_save, self.model_index)
         self.agent_names = [model_name(a) for a in (agents if agents is not None else [agent_model] * count)]
         for first, *_ in self.model_agents():
-            self.agents[first].to(self.devices[first])
+            self.sharding.place(self.agents[first], self.devices[first])  # FSDP: sharded where it lands
             if cfg.gradient_checkpointing:
                 enable_gradient_checkpointing(self.agents[first])
         self.reference_models: list[torch.nn.Module] = []  # frozen copies of the agents as loaded, per agent
         if cfg.reference_kl_enabled:
             devices = resolve_devices(cfg.reference_devices, self.num_seats, what="reference", default=self.devices,
                                       seats=self.seats)
-            copies = [copy.deepcopy(self.agents[a[0]]).to(devices[a[0]]).eval().requires_grad_(False)
-                      for a in self.model_agents()]
+            copies = [self.sharding.place(self.sharding.copy(self.agents[a[0]]), devices[a[0]], frozen=True)
+                      .eval().requires_grad_(False) for a in self.model_agents()]
             self.reference_models = [copies[m] for m in self.model_index]
         self.schedule_epochs: int | None = None  # LR schedule length; None: num_train_epochs (MARLHFIter: the run's)
         self._setup_models()
@@ -182,16 +181,16 @@ class Learner(abc.ABC):
                 policy.prepare(cfg.generation_settings().for_agent(seat), seat_devices[seat], self.model_config,
                                given_tokenizer[seat] if per_seat and len(given_tokenizer) == self.num_seats
                                else None if per_seat else given_tokenizer)
-        self.engine = RolloutEngine(self.agents, self.tokenizers, cfg.generation_settings(), self.fixed,
-                                    backend_for(cfg, self.agents, self.tokenizers, self.seats))
         # One optimizer and schedule per model: a model in several seats (self-play) steps once per minibatch.
         self.optimizers = [adamw(self.agents[a[0]].parameters(), cfg.agent_learning_rate, cfg.weight_decay)
                            for a in self.model_agents()]
-        self.engine.backend.follow([self.optimizers[m] for m in self.model_index])  # weights reach the backend
         self.schedulers = [self._scheduler(o) for o in self.optimizers]
         self.relabel: Callable[[Rollout], Rollout] | None = None  # MARLHF: its reward model's scores as rewards
         self.wrapper: Any = None  # a learner driving this one (MARLHF): its state joins checkpoints
         self.sharding.shard(self.checkpoint_modules(), self.checkpoint_optimizers()[0], frozen=self.reference_models)
+        self.engine = RolloutEngine(self.agents, self.tokenizers, cfg.generation_settings(), self.fixed,
+                                    backend_for(cfg, self.agents, self.tokenizers, self.seats))  # on the filled models
+        self.engine.backend.follow([self.optimizers[m] for m in self.model_index])  # weights reach the backend
         self.run_id = self.dist.gather(uuid.uuid4().hex)[0]  # one run id, rank 0's, on every rank
         self.checkpoint_sequence = 0
         self.wandb_identity: dict[str, Any] | None = None  # the last wandb run's, kept for later checkpoints

@@ -1,5 +1,5 @@
-"""Run logging: a tqdm progress bar with the live reward, loss and KL, a JSONL metrics file, wandb and
-TensorBoard (`report_to="tensorboard"`).
+"""Run logging: a tqdm progress bar with the live reward, loss and (when it is in the loss) KL, a JSONL metrics
+file, wandb and TensorBoard (`report_to="tensorboard"`).
 
 Every JSONL row carries the run's `run_id` and `step` (joint actions played so far), so runs that append to
 one `output_dir/metrics.jsonl` (a second run, or a resume, which keeps its run id) stay apart.
@@ -192,10 +192,16 @@ class RunLogger:
 
 
 def _bar_summary(metrics: dict[str, float]) -> dict[str, str]:
-    """The progress bar's live figures: the reward, and the agents' mean loss and approximate KL."""
+    """The progress bar's live figures: the reward, the agents' mean loss, and their mean KL to the reference
+    only when that KL is a term of the objective (`reference_kl_enabled`: the `train/agent_{i}/kl` metrics).
+
+    Fixed-point, 4 decimals: at ratio 1 a group-relative loss is -mean_s A_s |c_s| with each group's
+    advantages summing to 0, so it sits at 0 up to float rounding (1e-7) when lengths are equal, which `.3g`
+    would print as `1.19e-07`; `-0.0000` shows as `0.0000`. The policy step's `approx_kl` (always there, a
+    diagnostic) stays in the metrics files."""
     out = {"reward": f"{metrics['train/reward_mean']:.3f}"}
-    for label, suffix in (("loss", "/loss"), ("kl", "/approx_kl")):
+    for label, suffix in (("loss", "/loss"), ("kl", "/kl")):
         values = [v for k, v in metrics.items() if k.startswith("train/agent_") and k.endswith(suffix)]
         if values:
-            out[label] = f"{sum(values) / len(values):.3g}"
+            out[label] = f"{round(sum(values) / len(values), 4) + 0.0:.4f}"
     return out

@@ -15,7 +15,7 @@ import torch
 from comlrl_env.info_flow import used_partner_info_rate
 from learners.rollout import Rollout
 
-__all__ = ["MeanMetrics", "completion_rows", "rollout_metrics", "zero_std_fraction"]
+__all__ = ["MeanMetrics", "completion_rows", "prompt_cut_rate", "rollout_metrics", "zero_std_fraction"]
 
 
 class MeanMetrics:
@@ -62,6 +62,9 @@ def rollout_metrics(rollout: Rollout, advantages: torch.Tensor, kl: torch.Tensor
         m[f"train/turn_{t + 1}/reward_mean"] = float(rollout.rewards[:, at].mean())
         m[f"train/turn_{t + 1}/return_mean"] = float(rollout.returns[:, at].mean())
     tokens = sum(int(s.completion_mask.sum()) for s in rollout.samples)
+    cut = prompt_cut_rate(rollout)
+    if cut is not None:  # share of the agents' samples whose prompt was cut from the left to fit
+        m["train/prompt_cut_rate"] = cut
     m["train/invalid_action_rate"] = float(rollout.invalid_actions.sum()) / max(rollout.num_joint_actions * A, 1)
     m["perf/seconds_generate"] = rollout.timings["generate"]
     m["perf/seconds_env"] = rollout.timings["env"]
@@ -72,6 +75,21 @@ def rollout_metrics(rollout: Rollout, advantages: torch.Tensor, kl: torch.Tensor
     if flow is not None:  # share of the rollout's agent-answers that used the partner's private part
         m["train/used_partner_info_rate"] = flow[0]
     return m
+
+
+def prompt_cut_rate(rollout: Rollout) -> float | None:
+    """The share of the rollout's samples (rows where an agent was to move, over all agents) whose prompt the
+    backend cut from the left to fit `max_prompt_length` or the model's context; None when no backend
+    recorded cuts. Example: cuts [[0, 3], [0, 0]], all acting -> 0.25."""
+    if all(s.prompt_cut is None for s in rollout.samples):
+        return None
+    cut, acting = 0, 0
+    for a, samples in enumerate(rollout.samples):
+        rows = torch.ones(len(samples), dtype=torch.bool) if rollout.acted is None else rollout.acted[a]
+        if samples.prompt_cut is not None:
+            cut += int(((samples.prompt_cut > 0) & rows).sum())
+        acting += int(rows.sum())
+    return cut / max(acting, 1)
 
 
 def zero_std_fraction(returns: torch.Tensor, group: torch.Tensor) -> float | None:
@@ -101,14 +119,37 @@ NO_SIGNAL_ROLLOUTS = 5
 """Rollouts in a row without any reward spread in a group before `learn()` warns that nothing is learned."""
 
 
+INVALID_EXPLAINS = 0.5
+"""From this `train/invalid_action_rate` on, the no-signal warning names invalid answers as the cause."""
+
+
 def warn_if_no_signal(metrics: Mapping[str, float], flat_rollouts: int) -> int:
     """Count the rollouts in a row in which every group's samples scored the same (`train/frac_reward_zero_std`
-    = 1: all group-relative advantages 0, nothing learned), warn once at `NO_SIGNAL_ROLLOUTS`; return the count."""
+    = 1: all group-relative advantages 0, nothing learned), warn once at `NO_SIGNAL_ROLLOUTS`; return the count.
+
+    When at least `INVALID_EXPLAINS` of that rollout's actions were invalid, the warning says so: every such
+    answer gets the task's invalid outcome (a game's forfeit), so the returns are equal because the answers
+    are unreadable, not because the reward is sparse; it then names the settings that make answers valid
+    (`numbered_actions=True`) and those that price an invalid one (`invalid_action`)."""
     flat_rollouts = flat_rollouts + 1 if metrics.get("train/frac_reward_zero_std") == 1.0 else 0
-    if flat_rollouts == NO_SIGNAL_ROLLOUTS:
-        warnings.warn(
-            f"for {NO_SIGNAL_ROLLOUTS} rollouts in a row every group's samples got the same return, so the "
+    if flat_rollouts != NO_SIGNAL_ROLLOUTS:
+        return flat_rollouts
+    same = (f"for {NO_SIGNAL_ROLLOUTS} rollouts in a row every group's samples got the same return, so the "
             "reward told no answer from another (group-relative advantages were all 0; metric "
-            "train/frac_reward_zero_std = 1). A sparse reward the agents never reach gives no signal: use a "
-            "denser reward, more num_generations, or a higher temperature.", stacklevel=3)
+            "train/frac_reward_zero_std = 1).")
+    invalid = metrics.get("train/invalid_action_rate", 0.0)
+    if invalid >= INVALID_EXPLAINS:
+        warnings.warn(
+            f"{same} train/invalid_action_rate = {invalid:.2f}: {invalid:.0%} of the answers were invalid actions, "
+            "and every invalid answer gets the same outcome (a forfeit, for an OpenSpiel game's default "
+            "invalid_action='forfeit'), which is why the returns do not differ. Make valid answers easier: "
+            "comlrl_env.make(<game id>, numbered_actions=True) lets a legal action's number answer, and "
+            "use_chat_template or a larger max_new_tokens may help the model follow the answer format. The env's "
+            "invalid_action settings decide what an invalid answer costs: invalid_action='random' (with "
+            "invalid_action_penalty) plays a random legal move for it and subtracts the penalty, so the episode "
+            "goes on.", stacklevel=3)
+    else:
+        warnings.warn(
+            f"{same} A sparse reward the agents never reach gives no signal: use a denser reward, more "
+            "num_generations, or a higher temperature.", stacklevel=3)
     return flat_rollouts

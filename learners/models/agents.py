@@ -26,9 +26,10 @@ from transformers import AutoModelForCausalLM, AutoTokenizer, PreTrainedModel, P
 
 from learners.parallel.fsdp import Sharding
 
-__all__ = ["agent_count", "agents_by_model", "check_model_path", "convert_gguf", "enable_gradient_checkpointing",
-           "hub_progress_hidden", "load_agents", "load_causal_lm", "model_groups", "model_name", "prepare_tokenizer",
-           "save_gathered", "save_pretrained_with_head", "weights_match"]
+__all__ = ["agent_count", "agents_by_model", "check_model_path", "check_model_source", "check_tokenizer_argument",
+           "convert_gguf", "enable_gradient_checkpointing", "hub_progress_hidden", "load_agents", "load_causal_lm",
+           "model_groups", "model_name", "prepare_tokenizer", "save_gathered", "save_pretrained_with_head",
+           "weights_match"]
 
 _MODEL_CONFIG_KEYS = {"dtype", "torch_dtype", "attn_implementation", "model_kwargs", "special_tokens",
                       "critic_model_kwargs", "critic_value_head_hidden_dim"}
@@ -48,15 +49,21 @@ def load_agents(
     num_agents: int | None = None,
     tokenizer: Any = None,
     model_config: dict[str, Any] | None = None,
+    sharding: Sharding | None = None,
 ) -> tuple[list[PreTrainedModel], list[PreTrainedTokenizerBase]]:
-    """Resolve and load the agents and one tokenizer per agent (validation happens before any load)."""
+    """Resolve and load the agents and one tokenizer per agent (validation happens before any load).
+
+    `sharding`: under FSDP, folders load as skeletons that `Sharding.shard` fills piece by piece
+    (`learners.parallel.loading`)."""
     sources = resolve_sources("agent", agent_model, agents, num_agents)
     tokenizers = resolve_tokenizers(sources, tokenizer)
     model_config = dict(model_config or {})
     check_model_config(model_config)
-    models = [load_causal_lm(s, model_config) for s in sources]
-    for model, tok in zip(models, tokenizers):
+    for tok in tokenizers:
         prepare_tokenizer(tok, model_config.get("special_tokens"))
+    models = [load_causal_lm(s, model_config, sharding=sharding, vocabulary=len(tok))
+              for s, tok in zip(sources, tokenizers)]
+    for model, tok in zip(models, tokenizers):
         _fit_model_to_tokenizer(model, tok)
     return models, tokenizers
 
@@ -95,19 +102,70 @@ def resolve_sources(
                     f"{kind}_model={expected!r} conflicts with {plural}={names!r}: when both are given every name "
                     f"must match. Pass only {plural} for heterogeneous {plural}."
                 )
-        for m in models:
-            check_model_path(m)
+        for i, m in enumerate(models):
+            check_model_source(m, f"{plural}[{i}]")
         return models
     if isinstance(model, (list, tuple)):
         raise TypeError(f"{kind}_model must be one id, dir or model; pass a list as {plural}=.")
     n = count if count is not None else 1
+    check_model_source(model, f"{kind}_model")
     if not isinstance(model, (str, os.PathLike)) and n > 1 and not broadcast_objects:
         raise ValueError(
             f"{kind}_model is a loaded model object but num_{plural}={n}: pass a model id or dir to load "
             f"independent copies, or {plural}=[model] * {n} to share its parameters."
         )
-    check_model_path(model)
     return [model] * n
+
+
+def check_model_source(source: Any, label: str, fixed_policies: bool = False) -> None:
+    """Refuse, naming `label` (the argument, e.g. `agents[1]`), a model source that is not a non-blank id or
+    dir (`check_model_path`) or a loaded model; `fixed_policies`: the message lists fixed policies too (seats)."""
+    if isinstance(source, torch.nn.Module):
+        return
+    allowed = ("a Hugging Face id ('org/name'), a local model folder, a loaded model (torch.nn.Module)"
+               + (" or a fixed policy (Frozen(...), a FixedPolicy such as OpenSpielBot, or a callable)"
+                  if fixed_policies else ""))
+    if isinstance(source, bytes) or not isinstance(source, (str, os.PathLike)):
+        raise TypeError(f"{label} is {_shown(source)} ({type(source).__name__}); it must be {allowed}.")
+    if not os.fspath(source).strip():
+        raise ValueError(f"{label}={os.fspath(source)!r} names no model; give {allowed}.")
+    try:
+        check_model_path(source)
+    except ValueError as exc:
+        raise ValueError(f"{label}: {exc}") from None
+
+
+def check_tokenizer_argument(tokenizer: Any) -> None:
+    """Refuse a `tokenizer=` that is not None, an id or dir (loaded like `agent_model`), a loaded tokenizer, or a
+    list or tuple of those (one per model; None there: the model's own), naming the entry and what it may be."""
+    entries = [("tokenizer", tokenizer)] if not isinstance(tokenizer, (list, tuple)) else \
+        [(f"tokenizer[{i}]", t) for i, t in enumerate(tokenizer)]
+    allowed = ("a Hugging Face id, a local folder with a tokenizer, or a loaded tokenizer "
+               "(AutoTokenizer.from_pretrained)")
+    for label, tok in entries:
+        if tok is None or isinstance(tok, PreTrainedTokenizerBase):
+            continue
+        if isinstance(tok, (str, os.PathLike)):
+            if not os.fspath(tok).strip():
+                raise ValueError(f"{label}={os.fspath(tok)!r} names no tokenizer; give {allowed}.")
+            try:
+                check_model_path(tok)
+            except ValueError as exc:
+                raise ValueError(f"{label}: {exc}") from None
+            continue
+        if hasattr(tok, "pad_token_id") and callable(getattr(tok, "decode", None)):
+            continue  # a tokenizer-like object (duck-typed)
+        raise TypeError(f"{label} is {_shown(tok)} ({type(tok).__name__}); it must be {allowed}"
+                        + ("" if label != "tokenizer" else ", or a list with one per model") + ".")
+
+
+def _shown(value: Any) -> str:
+    """`repr(value)`, cut to 60 characters, never raising."""
+    try:
+        text = repr(value)
+    except Exception:
+        return f"<{type(value).__name__}>"
+    return text if len(text) <= 60 else text[:57] + "..."
 
 
 def check_model_path(source: Any) -> None:
@@ -138,27 +196,31 @@ def hub_progress_hidden() -> Iterator[None]:
 
 
 def resolve_tokenizers(sources: list[Any], tokenizer: Any) -> list[PreTrainedTokenizerBase]:
-    """One tokenizer per source: given (one or a list) or loaded from the source's id/dir."""
+    """One tokenizer per source: given (one or a list; an id or dir is loaded) or, where None, loaded from the
+    source's id/dir."""
+    check_tokenizer_argument(tokenizer)
+    cache: dict[str, PreTrainedTokenizerBase] = {}
+
+    def loaded(source: str | os.PathLike) -> PreTrainedTokenizerBase:
+        key = os.fspath(source)
+        if key not in cache:
+            cache[key] = AutoTokenizer.from_pretrained(key)
+        return cache[key]
+
     if isinstance(tokenizer, (list, tuple)):
         if len(tokenizer) != len(sources):
             raise ValueError(f"got {len(tokenizer)} tokenizers for {len(sources)} models; give one or one per model.")
-        return list(tokenizer)
-    if tokenizer is not None:
-        return [tokenizer] * len(sources)
-    objects = [i for i, s in enumerate(sources) if not isinstance(s, (str, os.PathLike))]
+        given = list(tokenizer)
+    else:
+        given = [tokenizer] * len(sources)
+    objects = [i for i, (s, t) in enumerate(zip(sources, given)) if t is None and not isinstance(s, (str, os.PathLike))]
     if objects:
         raise ValueError(
             f"models {objects} are loaded objects, so their tokenizers cannot be loaded automatically: "
             "pass tokenizer= (one tokenizer, or a list with one per model)."
         )
-    cache: dict[str, PreTrainedTokenizerBase] = {}
-    out = []
-    for s in sources:
-        key = os.fspath(s)
-        if key not in cache:
-            cache[key] = AutoTokenizer.from_pretrained(key)
-        out.append(cache[key])
-    return out
+    return [loaded(s if t is None else t) if t is None or isinstance(t, (str, os.PathLike)) else t
+            for s, t in zip(sources, given)]
 
 
 def check_model_config(model_config: dict[str, Any]) -> None:
@@ -171,8 +233,11 @@ def check_model_config(model_config: dict[str, Any]) -> None:
         raise ValueError(f"model_config dtype {dtype!r} is not a torch dtype (e.g. 'float32', 'bfloat16').")
 
 
-def load_causal_lm(source: Any, model_config: dict[str, Any], kwargs_key: str = "model_kwargs") -> PreTrainedModel:
-    """Load a causal LM from an id/dir with `model_config`, or return a loaded model as is."""
+def load_causal_lm(source: Any, model_config: dict[str, Any], kwargs_key: str = "model_kwargs",
+                   sharding: Sharding | None = None, vocabulary: int | None = None) -> PreTrainedModel:
+    """Load a causal LM from an id/dir with `model_config`, or return a loaded model as is. Under FSDP
+    (`sharding`) a folder loads as a skeleton to shard while filling (`Sharding.build`; `vocabulary`: the
+    tokenizer's size), when it can."""
     if not isinstance(source, (str, os.PathLike)):
         if not isinstance(source, torch.nn.Module):
             raise TypeError(f"expected a model id, a local dir or a loaded model, got {type(source).__name__}.")
@@ -183,6 +248,9 @@ def load_causal_lm(source: Any, model_config: dict[str, Any], kwargs_key: str = 
         kwargs.setdefault("dtype", getattr(torch, dtype) if isinstance(dtype, str) and dtype != "auto" else dtype)
     if "attn_implementation" in model_config:
         kwargs.setdefault("attn_implementation", model_config["attn_implementation"])
+    built = sharding.build(source, kwargs, vocabulary) if sharding is not None else None
+    if built is not None:
+        return built
     try:
         with hub_progress_hidden():
             return AutoModelForCausalLM.from_pretrained(os.fspath(source), **kwargs)

@@ -19,6 +19,7 @@ from torch import nn
 from torch.distributed.fsdp import FSDPModule
 
 from learners.models.agents import enable_gradient_checkpointing, load_causal_lm
+from learners.parallel.fsdp import Sharding
 
 __all__ = ["CausalLMWithValueHead", "ValueHead", "load_critics"]
 
@@ -54,8 +55,9 @@ class CausalLMWithValueHead:
         size = getattr(model.config, "hidden_size", None) or getattr(model.config, "n_embd", None)
         if size is None:
             raise ValueError(f"cannot find the hidden size of {type(model).__name__} (no hidden_size or n_embd).")
-        param = next(model.parameters())
-        model.value_head = ValueHead(size, hidden_dim).to(device=param.device, dtype=param.dtype)
+        param = next(model.parameters())  # (a skeleton's are on meta: its head starts on the CPU, see fsdp.py)
+        device = param.device if param.device.type != "meta" else torch.device("cpu")
+        model.value_head = ValueHead(size, hidden_dim).to(device=device, dtype=param.dtype)
         return model
 
     @staticmethod
@@ -78,22 +80,25 @@ class CausalLMWithValueHead:
         return seen[0]
 
 def load_critics(sources: list[Any], devices: list[torch.device], model_config: dict[str, Any],
-                 hidden_dim: int | None = None, gradient_checkpointing: bool = False) -> list[nn.Module]:
+                 hidden_dim: int | None = None, gradient_checkpointing: bool = False,
+                 sharding: Sharding | None = None) -> list[nn.Module]:
     """One causal LM with a fresh `ValueHead` per source (an id, a dir or a loaded model), on its device.
 
     Ids and dirs load with `model_config["critic_model_kwargs"]`; the same model object given for
-    several critics is copied, so each critic trains its own weights.
+    several critics is copied, so each critic trains its own weights. Under FSDP (`sharding`) folders load as
+    skeletons to shard while filling, and no critic moves to its device whole (`Sharding.place`).
     """
     loaded: dict[int, nn.Module] = {}
     critics = []
     for source, device in zip(sources, devices):
         if isinstance(source, (str, os.PathLike)):
-            model = load_causal_lm(source, model_config, kwargs_key="critic_model_kwargs")
+            model = load_causal_lm(source, model_config, kwargs_key="critic_model_kwargs", sharding=sharding)
         elif id(source) in loaded:
             model = copy.deepcopy(loaded[id(source)])
         else:
             model = loaded[id(source)] = load_causal_lm(source, model_config)
-        critics.append(CausalLMWithValueHead.attach(model.to(device), hidden_dim))
+        model = sharding.place(model, device) if sharding is not None else model.to(device)
+        critics.append(CausalLMWithValueHead.attach(model, hidden_dim))
         if gradient_checkpointing:
             enable_gradient_checkpointing(critics[-1])
     return critics

@@ -30,7 +30,7 @@ import torch
 
 from comlrl_env.base import AgentID, TextParallelEnv
 from comlrl_env.policies import FixedPolicy, as_fixed_policy
-from learners.models.agents import load_agents, model_name, weights_match
+from learners.models.agents import check_model_source, check_tokenizer_argument, load_agents, model_name, weights_match
 from learners.rollout.engine import RolloutEngine
 from learners.rollout.settings import GenerationSettings
 
@@ -58,6 +58,8 @@ class Frozen(FixedPolicy):
         if unknown:
             raise TypeError(f"Frozen got unknown generation settings {sorted(unknown)}; "
                             f"valid: {[f.name for f in dataclasses.fields(GenerationSettings)]}.")
+        check_model_source(model, "Frozen(model)")
+        check_tokenizer_argument(tokenizer)
         self.source, self.tokenizer, self.overrides = model, tokenizer, settings
         self.engine: Any = None
         self.weights_match_source: bool | None = None
@@ -91,6 +93,9 @@ def split_seats(agents: Sequence[Any] | None, tokenizer: Any) -> tuple[list[Any]
         return agents, {}, tokenizer
     seats = list(agents)
     fixed = {i: policy for i, seat in enumerate(seats) if (policy := as_fixed_policy(seat)) is not None}
+    for i, seat in enumerate(seats):
+        if i not in fixed and seat is not None:  # None: resolve_sources says entries must not be None
+            check_model_source(seat, f"agents[{i}]", fixed_policies=True)
     if not fixed:
         return seats, {}, tokenizer
     if len(fixed) == len(seats):

@@ -17,6 +17,7 @@ so optimizers, gradient all-reduce and checkpoints see exactly what trains.
 from __future__ import annotations
 
 import copy
+import json
 import os
 import shutil
 import tempfile
@@ -24,6 +25,7 @@ from typing import Any, Sequence
 
 import torch
 from torch import nn
+from torch.distributed.fsdp import FSDPModule
 
 __all__ = ["AdapterAgent", "attach_adapters"]
 
@@ -100,6 +102,22 @@ class AdapterAgent(nn.Module):
             os.makedirs(path, exist_ok=True)
             for name in os.listdir(source):
                 shutil.move(os.path.join(source, name), os.path.join(path, name))
+        _name_the_base_class(os.path.join(path, "adapter_config.json"), self.peft.get_base_model())
+
+
+def _name_the_base_class(config_file: str, base: nn.Module) -> None:
+    """PEFT records the base model's class in `auto_mapping` for `AutoPeftModelForCausalLM`; a base sharded with
+    FSDP is of the class FSDP made for it (`FSDPQwen2ForCausalLM`, which no library exports): record the
+    transformers class it wraps instead, so the adapter loads anywhere."""
+    with open(config_file, encoding="utf-8") as f:
+        config = json.load(f)
+    mapping = config.get("auto_mapping")
+    cls = next(c for c in type(base).__mro__ if not issubclass(c, FSDPModule))
+    if not mapping or mapping.get("base_model_class") == cls.__name__:
+        return
+    config["auto_mapping"] = {**mapping, "base_model_class": cls.__name__, "parent_library": cls.__module__}
+    with open(config_file, "w", encoding="utf-8") as f:
+        json.dump(config, f, indent=2, sort_keys=True)
 
 
 def attach_adapters(models: Sequence[nn.Module], peft_config: Any, merge_on_save: bool = False,

@@ -27,6 +27,7 @@ reduce_dtype=float32)` (bf16 compute and all-gathers, fp32 gradient reduction an
 from __future__ import annotations
 
 import contextlib
+import copy
 import dataclasses
 import os
 from typing import Any, Iterator, Sequence
@@ -38,6 +39,7 @@ from torch.distributed.device_mesh import init_device_mesh
 from torch.distributed.fsdp import CPUOffloadPolicy, FSDPModule, MixedPrecisionPolicy, OffloadPolicy, fully_shard
 
 from learners.parallel.distributed import Distributed
+from learners.parallel.loading import allocate, fill, skeleton
 
 __all__ = ["PassSync", "SHARDINGS", "Sharding", "check_sharding", "decoder_layers", "fsdp_root", "pass_sync",
            "shard_target"]
@@ -76,7 +78,7 @@ def decoder_layers(model: nn.Module) -> list[nn.Module]:
     """The decoder layers of a transformers model: the modules whose class it names in `_no_split_modules`
     (e.g. `Qwen2DecoderLayer`), the units FSDP shards one at a time."""
     names = set(getattr(model, "_no_split_modules", None) or ())
-    return [m for m in model.modules() if type(m).__name__ in names]
+    return [m for m in model.modules() if any(c.__name__ in names for c in type(m).__mro__)]  # FSDP<name> too
 
 
 @dataclasses.dataclass
@@ -120,6 +122,7 @@ class Sharding:
         self.cpu_offload = config.fsdp_cpu_offload
         self.device = torch.device(f"cuda:{dist.local_rank}" if torch.cuda.is_available() else "cpu")
         self.roots: list[FSDPModule] = []  # the root unit of every sharded model
+        self.pending: dict[int, tuple[list[str], set[str]]] = {}  # skeletons by id: their files, meta parameters
         if self.enabled and self.cpu_offload and self.device.type != "cuda":
             raise ValueError("fsdp_cpu_offload=True moves the shards of GPU processes to CPU memory, but these "
                              "processes run on the CPU already: leave fsdp_cpu_offload=False.")
@@ -134,6 +137,41 @@ class Sharding:
             raise ValueError(f"sharding='fsdp' places each rank's shards on its own device ({self.device} on this "
                              f"rank) but {what}_devices puts models on {wrong}: leave {what}_devices=None and "
                              "parallel_training='none' (each torchrun process uses cuda:LOCAL_RANK, or the cpu).")
+
+    # ----- building: sharded while loading (`loading.py`) --------------------------------------------------
+
+    def build(self, source: Any, kwargs: dict[str, Any], vocabulary: int | None = None) -> nn.Module | None:
+        """Under FSDP, a skeleton of the model folder `source` (parameters on meta) that `shard` fills with this
+        rank's pieces only; None when sharding is off or the model must load whole (`loading.skeleton`)."""
+        built = skeleton(source, kwargs, vocabulary) if self.enabled else None
+        if built is None:
+            return None
+        model, files = built
+        self.pending[id(model)] = (files, {n for n, p in model.named_parameters() if p.device.type == "meta"})
+        return model
+
+    def place(self, model: nn.Module, device: torch.device, frozen: bool = False) -> nn.Module:
+        """`model` on `device`; under FSDP a model to shard stays where it is (`fully_shard` moves one unit at a
+        time, so the device never holds it whole) and a skeleton on meta until `shard` fills it."""
+        if id(shard_target(model)) in self.pending or (self.enabled and not frozen):
+            return model
+        return model.to(device)
+
+    def copy(self, model: nn.Module) -> nn.Module:
+        """A deep copy of `model` (a frozen reference); a skeleton's copy is filled from the same files."""
+        twin = copy.deepcopy(model)
+        if id(model) in self.pending:
+            files, names = self.pending[id(model)]
+            self.pending[id(twin)] = (files, set(names))
+        return twin
+
+    def materialize(self, model: nn.Module) -> None:
+        """Give the skeleton `model` (sharded or not) storage for its pieces on meta on this rank's device, each
+        once (tied weights too), and fill them from its files; its real tensors (buffers, heads attached after
+        it was built) stay as they are. Collective-free."""
+        files, names = self.pending.pop(id(model))
+        allocate(model, self.device)
+        fill(model, files, names, self.dist.rank, self.dist.world_size)
 
     def shard(self, models: dict[str, nn.Module], optimizers: Sequence[torch.optim.Optimizer],
               frozen: Sequence[nn.Module] = ()) -> None:
@@ -162,6 +200,8 @@ class Sharding:
             for layer in decoder_layers(target):
                 fully_shard(layer, mesh=mesh, mp_policy=precision, offload_policy=offload)
             fully_shard(target, mesh=mesh, mp_policy=precision, offload_policy=offload, reshard_after_forward=False)
+            if id(target) in self.pending:  # a skeleton: this rank's pieces filled from its files
+                self.materialize(target)
             after = dict(target.named_parameters())
             renamed.update({old: after[name] for name, old in before.items()})
             self.roots.append(target)
@@ -172,6 +212,9 @@ class Sharding:
             for name, param in list(model.named_parameters(recurse=False)):
                 if id(param) in renamed:
                     model.register_parameter(name, renamed[id(param)])
+        for model in frozen:  # skeletons of frozen copies (references): filled whole
+            if id(shard_target(model)) in self.pending:
+                self.materialize(shard_target(model))
 
     def is_sharded(self, model: nn.Module) -> bool:
         return self.enabled and fsdp_root(model) is not None
@@ -198,3 +241,4 @@ class Sharding:
         if not self.is_sharded(model):
             return None
         return get_model_state_dict(model, options=StateDictOptions(full_state_dict=True, cpu_offload=True))
+

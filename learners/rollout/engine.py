@@ -236,7 +236,7 @@ class RolloutEngine:
         for s, agent in enumerate(agent_ids):
             row_texts = [""] * (len(nodes) * per_node)
             if s in self.fixed:
-                acted = self.fixed[s].act([nodes[n] for n in moving[s]], agent, per_node) if moving[s] else []
+                acted = _fixed_act(self.fixed[s], [nodes[n] for n in moving[s]], agent, per_node) if moving[s] else []
                 _check_fixed_actions(self.fixed[s], agent, acted, len(moving[s]), per_node)
             else:
                 acted = generated[seats.index(s)].completions if moving[s] else []
@@ -396,6 +396,24 @@ def check_rollout_size(env: TextParallelEnv, seed: int, num_tasks: int, num_gene
     return cost
 
 
+def _fixed_act(policy: FixedPolicy, envs: list[Any], agent: str, per_node: int) -> Any:
+    """`policy.act(envs, agent, per_node)`; an exception it raises is re-raised as a RuntimeError naming the seat
+    and the policy, the original chained (`raise ... from`)."""
+    try:
+        return policy.act(envs, agent, per_node)
+    except Exception as exc:
+        raise RuntimeError(f"the fixed policy of seat {agent!r} ({_policy_label(policy)}) raised in act(): "
+                           f"{type(exc).__name__}: {exc}") from exc
+
+
+def _policy_label(policy: FixedPolicy) -> str:
+    """The policy's class and `describe()`, for a message (its class alone when `describe()` fails)."""
+    try:
+        return f"{type(policy).__name__} {policy.describe()}"
+    except Exception:  # a describe() that fails must not hide the real error
+        return type(policy).__name__
+
+
 def _check_fixed_actions(policy: FixedPolicy, agent: str, acted: Any, num_envs: int, per_node: int) -> None:
     """Raise, naming the seat and what was wrong, unless the fixed policy `policy` of seat `agent` returned
     what `FixedPolicy.act` promises: a list of `num_envs * per_node` strings (env-major)."""
@@ -410,8 +428,4 @@ def _check_fixed_actions(policy: FixedPolicy, agent: str, acted: Any, num_envs: 
             return
         error, problem = TypeError, f"returned a {type(acted[bad]).__name__} as text {bad} from act(); every action " \
                                     "must be a str"
-    try:
-        who = f"{type(policy).__name__} {policy.describe()}"
-    except Exception:  # a describe() that fails must not hide the real error
-        who = type(policy).__name__
-    raise error(f"the fixed policy of seat {agent!r} ({who}) {problem}.")
+    raise error(f"the fixed policy of seat {agent!r} ({_policy_label(policy)}) {problem}.")

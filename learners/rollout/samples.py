@@ -25,6 +25,7 @@ class SampleBatch:
     completions: list[str]  # (S,) decoded completions (special tokens skipped)
     logprobs: torch.Tensor | None = None  # (S, T) log pi of each sampled token when sampled (0 off the mask),
     #                                       under softmax(z / GenerationSettings.logprob_temperature)
+    prompt_cut: torch.Tensor | None = None  # (S,) prompt tokens cut from the left to fit (0: whole); None: not kept
 
     def __len__(self) -> int:
         return len(self.completions)
@@ -42,6 +43,7 @@ class SampleBatch:
             completion_mask[:, :t1],
             [self.completions[i] for i in index.tolist()],
             None if self.logprobs is None else self.logprobs[index][:, :t1],
+            None if self.prompt_cut is None else self.prompt_cut[index],
         )
 
     @staticmethod
@@ -63,6 +65,8 @@ class SampleBatch:
             torch.cat([right(p.completion_mask, T, 0) for p in parts]),
             [c for p in parts for c in p.completions],
             None if any(p.logprobs is None for p in parts) else torch.cat([right(p.logprobs, T, 0) for p in parts]),
+            None if all(p.prompt_cut is None for p in parts) else torch.cat([
+                torch.zeros(len(p), dtype=torch.long) if p.prompt_cut is None else p.prompt_cut for p in parts]),
         )
 
 

