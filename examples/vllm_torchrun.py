@@ -94,7 +94,7 @@ class Record:
         """After each optimizer step (on every rank: FSDP gathers), the engine's log-probs of a fixed completion
         against the trainer's, for the agent that stepped."""
         tok, backend = learner.tokenizers[0], learner.engine.backend
-        ids, mask = encode_prompts(tok, backend.agent_settings[0], ["def add(a, b):"])
+        ids, mask, _ = encode_prompts(tok, backend.agent_settings[0], ["def add(a, b):"])
         fixed = torch.tensor([tok(" return a + b", add_special_tokens=False)["input_ids"] + [tok.eos_token_id]])
         batch = SampleBatch(ids, mask, fixed, torch.ones_like(fixed), [""])
 
