@@ -11,7 +11,7 @@ VLLM_STAMP := $(VLLM_VENV)/.installed
 DOCS_VENV  := .venv-docs
 DOCS_STAMP := $(DOCS_VENV)/.installed
 
-.PHONY: docs demo test test-fsdp test-slow test-vllm bench bench-learning results results-coop clean
+.PHONY: docs demo test test-fsdp test-slow test-vllm test-vllm-slow gpu-check bench bench-learning results results-coop clean
 
 $(STAMP): pyproject.toml
 	test -x $(BIN)/python || $(PY) -m venv $(VENV)
@@ -41,9 +41,15 @@ $(VLLM_STAMP): pyproject.toml
 	$(VLLM_VENV)/bin/pip uninstall -q -y torchvision torchaudio torchcodec
 	touch $(VLLM_STAMP)
 
-# The vLLM generation backend on CPU (tests marked `vllm`; about 2 minutes after the ~4-minute install).
+# The vLLM generation backend on CPU (tests marked `vllm`: about 2 minutes in one process, 8 under torchrun on 2
+# gloo ranks (tests/test_vllm_torchrun.py), 3 for gpu-check's CPU path, on a loaded 2-core machine; after the
+# ~4-minute install).
 test-vllm: $(VLLM_STAMP)
-	VLLM_LOGGING_LEVEL=WARNING $(VLLM_VENV)/bin/python -m pytest -q -m vllm -p no:warnings tests/test_vllm.py
+	VLLM_LOGGING_LEVEL=WARNING $(VLLM_VENV)/bin/python -m pytest -q -m 'vllm and not slow' -p no:warnings tests/test_vllm.py tests/test_vllm_torchrun.py tests/test_gpu_check.py
+
+# The same with the slow ones (a 2-rank vLLM checkpoint resumed on 4 ranks: two more minutes).
+test-vllm-slow: $(VLLM_STAMP)
+	VLLM_LOGGING_LEVEL=WARNING $(VLLM_VENV)/bin/python -m pytest -q -m vllm -p no:warnings tests/test_vllm.py tests/test_vllm_torchrun.py tests/test_gpu_check.py
 
 $(DOCS_STAMP): docs/requirements.txt
 	test -x $(DOCS_VENV)/bin/python || $(PY) -m venv $(DOCS_VENV)
@@ -54,6 +60,12 @@ $(DOCS_STAMP): docs/requirements.txt
 # or an unresolved reference fails the build.
 docs: $(DOCS_STAMP)
 	NO_MKDOCS_2_WARNING=1 $(DOCS_VENV)/bin/mkdocs build --strict --site-dir site
+
+# One lent GPU, first try: tokens/s, one MAGRPO epoch, peak GPU memory for 1 agent and 4 LoRA agents of
+# SmolLM2-135M, HF and (where vllm imports) vLLM; figures in outputs/gpu-check.md, under 8 minutes. It uses the
+# Python that is there (.venv if built, else python3) and installs nothing: a device machine reaches no registry.
+gpu-check:
+	$(if $(wildcard $(BIN)/python),$(BIN)/python,$(PY)) benchmarks/gpu_check.py $(ARGS)
 
 bench: $(STAMP) $(VLLM_STAMP)
 	bash benchmarks/run.sh

@@ -36,8 +36,9 @@ LORA = {"r": 8, "lora_alpha": 16, "target_modules": ["q_proj", "k_proj", "v_proj
 TURN = dict(prompts=16, samples=8, tokens=64)
 
 
-def run(model: str, backend: str, agents: int, wait: float) -> dict:
-    """Tokens/s of one team turn, then one MAGRPO epoch, in this process."""
+def run(model: str, backend: str, agents: int, wait: float, turn_size: dict | None = None) -> dict:
+    """Tokens/s of one team turn (`turn_size`, default `TURN`), then one MAGRPO epoch, in this process."""
+    size = turn_size or TURN
     workload.offline_and_quiet()
     os.environ.setdefault("VLLM_LOGGING_LEVEL", "ERROR")
     import datasets
@@ -62,13 +63,13 @@ def run(model: str, backend: str, agents: int, wait: float) -> dict:
                      train_dataset=datasets.Dataset.from_dict({"prompt": workload.PROMPTS}), args=cfg)
     build = time.perf_counter() - start
     engine = learner.engine
-    prompts = [workload.PROMPTS[:TURN["prompts"]]] * agents
-    turn = dict(max_new_tokens=TURN["tokens"])
+    prompts = [workload.PROMPTS[:size["prompts"]]] * agents
+    turn = dict(max_new_tokens=size["tokens"])
     for settings in engine.backend.agent_settings:  # the turn's length; the epoch keeps the workload's
         settings.max_new_tokens = turn["max_new_tokens"]
     engine.generate_turn([p[:2] for p in prompts], 2)  # warm-up
     batches = []
-    turn_timing = workload.timed(lambda: batches.extend(engine.generate_turn(prompts, TURN["samples"])), wait)
+    turn_timing = workload.timed(lambda: batches.extend(engine.generate_turn(prompts, size["samples"])), wait)
     tokens = sum(int(b.completion_mask.sum()) for b in batches)
     for settings in engine.backend.agent_settings:
         settings.max_new_tokens = workload.MAX_NEW_TOKENS
@@ -81,7 +82,9 @@ def run(model: str, backend: str, agents: int, wait: float) -> dict:
             "seconds_build": build, "peak_rss_gb": workload.peak_rss_gb(),
             "seconds_generate": metrics.get("perf/seconds_generate"),
             "seconds_weight_sync": metrics.get("perf/seconds_weight_sync", 0.0),
-            "seconds_update": metrics.get("perf/seconds_update")}
+            "seconds_update": metrics.get("perf/seconds_update"),
+            "peak_gpu_gb": torch.cuda.max_memory_allocated() / 1e9 if torch.cuda.is_available() else None,
+            "rollout_ratio_mean": metrics.get("train/agent_0/rollout_ratio_mean")}
 
 
 def main() -> int:

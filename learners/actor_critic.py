@@ -46,7 +46,9 @@ from learners.parallel.fsdp import pass_sync
 from learners.parallel.placement import resolve_devices
 from learners.reinforce import acting_group_advantages
 from learners.rollout import Rollout, SampleBatch
-from learners.rollout.scoring import engine_correction, token_logprobs
+from learners.rollout.backends import corrected_advantages
+from learners.rollout.scoring import token_logprobs
+from learners.rollout.settings import Number
 from rewards.models import encode_joint_texts, joint_text
 
 __all__ = [
@@ -134,8 +136,7 @@ class ActorCritic(Learner):
         actor_adv = adv if adv.shape[0] == self.num_agents else adv.expand(self.num_agents, -1)
         if cfg.advantage_normalization:
             actor_adv = normalize_per_turn(actor_adv, rollout.turn, rollout.acted)
-        corrected, old_logprobs, correction = engine_correction(self.agents, rollout.samples, self.scoring_supports(),
-                                                                actor_adv, old_logprobs, cfg.correction_cap)
+        corrected, old_logprobs, correction = corrected_advantages(self, rollout.samples, actor_adv, old_logprobs)
         metrics = self.update(rollout, corrected, old_values, targets, old_logprobs)
         metrics["perf/seconds_update"] = time.perf_counter() - t0
         metrics.update(rollout_metrics(rollout, actor_adv, kl))

