@@ -390,7 +390,7 @@ class MAAC(ActorCritic):
         return texts
 
     def joint_values(self, texts: list[str]) -> torch.Tensor:
-        """Values of joint texts, each cut to its last `critic_max_length` tokens (as the reward model cuts)."""
+        """Values of joint texts, each cut block by block to `critic_max_length` tokens (as the reward model cuts)."""
         critic = self.critics[0]
         ids, mask = encode_joint_texts(self.tokenizers[0], texts, self.args.critic_max_length)
         hidden = CausalLMWithValueHead.hidden_states(critic, ids.to(critic.device), mask.to(critic.device))

@@ -99,8 +99,9 @@ class MAACConfig(ActorCriticConfig):
     """MAAC settings; the critic head size comes from `model_config["critic_value_head_hidden_dim"]`."""
 
     critic_max_length: int | None = None
-    """Tokens of the joint text the centralized critic reads, keeping the last ones; None: all of it.
-    Separate from `max_prompt_length` (one agent's prompt): the joint text holds every agent's."""
+    """Tokens of the joint text the centralized critic reads, cut block by block as the reward model's (each
+    observation and answer keeps its header and a fair share of its end); None: all of it. Separate from
+    `max_prompt_length` (one agent's prompt): the joint text holds every agent's."""
 
     NUMBERS: ClassVar[dict[str, Number]] = {
         "critic_max_length": Number(low=1, integer=True, optional=True, fix="None lets the critic read all of it."),

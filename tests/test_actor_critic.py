@@ -378,7 +378,7 @@ def test_maac_critic_reads_every_agents_observation_whatever_max_prompt_length(t
             return float(trainer.joint_values([state])[0])
 
     assert abs(value(states[0]) - value(states[1])) > 1e-3  # seen: -0.0617 vs -0.0579
-    # critic_max_length is the critic's own limit, applied explicitly: the last tokens are kept.
+    # critic_max_length is the critic's own limit, applied explicitly: each block keeps its header and its end.
     trainer.args.critic_max_length = 12
     assert value(states[0]) == value(states[1])  # the difference lies before the last 12 tokens
     with pytest.raises(ValueError, match="critic_max_length must be >= 1 or None, got 0"):
