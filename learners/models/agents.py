@@ -127,12 +127,7 @@ def check_model_source(source: Any, label: str, fixed_policies: bool = False) ->
                   if fixed_policies else ""))
     if isinstance(source, bytes) or not isinstance(source, (str, os.PathLike)):
         raise TypeError(f"{label} is {_shown(source)} ({type(source).__name__}); it must be {allowed}.")
-    if not os.fspath(source).strip():
-        raise ValueError(f"{label}={os.fspath(source)!r} names no model; give {allowed}.")
-    try:
-        check_model_path(source)
-    except ValueError as exc:
-        raise ValueError(f"{label}: {exc}") from None
+    _check_named_path(source, label, "model", allowed)
 
 
 def check_tokenizer_argument(tokenizer: Any) -> None:
@@ -146,17 +141,22 @@ def check_tokenizer_argument(tokenizer: Any) -> None:
         if tok is None or isinstance(tok, PreTrainedTokenizerBase):
             continue
         if isinstance(tok, (str, os.PathLike)):
-            if not os.fspath(tok).strip():
-                raise ValueError(f"{label}={os.fspath(tok)!r} names no tokenizer; give {allowed}.")
-            try:
-                check_model_path(tok)
-            except ValueError as exc:
-                raise ValueError(f"{label}: {exc}") from None
+            _check_named_path(tok, label, "tokenizer", allowed)
             continue
         if hasattr(tok, "pad_token_id") and callable(getattr(tok, "decode", None)):
             continue  # a tokenizer-like object (duck-typed)
         raise TypeError(f"{label} is {_shown(tok)} ({type(tok).__name__}); it must be {allowed}"
                         + ("" if label != "tokenizer" else ", or a list with one per model") + ".")
+
+
+def _check_named_path(path: str | os.PathLike, label: str, what: str, allowed: str) -> None:
+    """Refuse a blank `path` (it names no `what`) or one `check_model_path` refuses, naming `label`."""
+    if not os.fspath(path).strip():
+        raise ValueError(f"{label}={os.fspath(path)!r} names no {what}; give {allowed}.")
+    try:
+        check_model_path(path)
+    except ValueError as exc:
+        raise ValueError(f"{label}: {exc}") from None
 
 
 def _shown(value: Any) -> str:
