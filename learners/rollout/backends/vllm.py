@@ -6,8 +6,9 @@ prompt. A fully fine-tuned agent gets an engine of its own; a heterogeneous team
 engine per turn. Fixed seats (frozen models, bots) are not the backend's: they keep sampling their own way.
 
 Weights follow training: after an optimizer step of agent a (or an optimizer state load, on resume) the
-backend marks it changed, and before the next generation pushes it into its engine: a changed adapter is
-saved and loaded under a new id, full weights go in place through `reload_weights`. The seconds this takes
+backend marks it changed, and before the next generation pushes it into its engine: a changed adapter's LoRA
+tensors are written to its folder in memory (`/dev/shm`) and reloaded under its id, full weights go in place
+through `reload_weights`. The seconds this takes
 are returned by `finish_rollout()` (logged as `perf/seconds_weight_sync`).
 
 Sampling keeps the HF backend's contract, per agent: temperature, top_p, top_k (None, off, is vLLM's -1),
@@ -53,6 +54,7 @@ from learners.rollout.backends.sampling import logits_processor_fields
 from learners.rollout.backends.vllm_engines import (
     EngineSpec,
     acquire_engine,
+    adapter_scratch,
     base_weights,
     check_temperature,
     check_vllm_arguments,
@@ -111,7 +113,7 @@ class VLLMBackend:
         self.engine_agents = list(groups.values())  # engine e serves these agents
         self.engine_of = {a: e for e, members in enumerate(self.engine_agents) for a in members}
         self.lock = threading.Lock()  # one call at a time per backend: engines are not thread-safe
-        self.adapter_root = tempfile.mkdtemp(prefix="comlrl-vllm-adapters-")
+        self.adapter_root = tempfile.mkdtemp(prefix="comlrl-vllm-adapters-", dir=adapter_scratch())
         self.adapters: dict[int, Any] = {}  # agent -> its current LoRARequest
         specs = [self._spec(members, memory_share / len(groups), engine_args or {}) for members in groups.values()]
         self.engines = [acquire_engine(spec) for spec in specs]
@@ -201,8 +203,8 @@ class VLLMBackend:
     # ----- weights ----------------------------------------------------------------
 
     def sync(self) -> None:
-        """Push every changed agent into its engine (waking sleeping engines first): adapters under a new id,
-        full weights in place."""
+        """Push every changed agent into its engine (waking sleeping engines first): adapters reloaded under
+        their id, full weights in place; one engine call per agent (vLLM loads one adapter per call)."""
         if self.asleep:
             with kept_process_state():
                 for engine in self.engines:
