@@ -201,7 +201,7 @@ def test_adapter_sync_writes_only_lora_tensors_and_config_in_memory_and_leaves_n
     assert len(checks) == 2 * learner.optimizer_steps and len(checks) >= 4
     assert max(checks) < 1e-4, checks
     root = backend.adapter_root
-    if os.path.isdir("/dev/shm") and os.access("/dev/shm", os.W_OK):
+    if os.path.isdir("/dev/shm") and os.access("/dev/shm", os.W_OK | os.X_OK):
         assert os.path.dirname(root) == "/dev/shm", root
     folders = sorted(os.listdir(root))  # one per agent, however many steps
     assert len(folders) == 2
