@@ -114,10 +114,12 @@ class VLLMBackend:
         self.engine_of = {a: e for e, members in enumerate(self.engine_agents) for a in members}
         self.lock = threading.Lock()  # one call at a time per backend: engines are not thread-safe
         self.adapter_root = tempfile.mkdtemp(prefix="comlrl-vllm-adapters-", dir=adapter_scratch())
+        # The adapter folders go with the backend, and at exit too: in /dev/shm they would outlive the process.
+        self.remove_adapters = weakref.finalize(self, shutil.rmtree, self.adapter_root, ignore_errors=True)
         self.adapters: dict[int, Any] = {}  # agent -> its current LoRARequest
         specs = [self._spec(members, memory_share / len(groups), engine_args or {}) for members in groups.values()]
         self.engines = [acquire_engine(spec) for spec in specs]
-        self.release = weakref.finalize(self, _release, [s.key for s in specs], self.engines, self.adapter_root)
+        self.release = weakref.finalize(self, _release, [s.key for s in specs], self.engines)
         self.release.atexit = False  # at exit the engines go down with the process
         for engine, members in zip(self.engines, self.engine_agents):
             if _is_adapter(self.agents[members[0]]):
@@ -318,8 +320,9 @@ class VLLMBackend:
 
     def close(self) -> None:
         """Return the engines to the pool now (else when the backend is garbage-collected); the backend
-        cannot generate afterwards."""
+        cannot generate afterwards; delete the adapter folders."""
         self.release()
+        self.remove_adapters()
 
 
 class _Marker:
@@ -332,11 +335,10 @@ class _Marker:
         self.changed.add(self.agent)
 
 
-def _release(keys: list[str], engines: list[Any], adapter_root: str) -> None:
-    """Give the engines back to the pool and delete the adapter folders."""
+def _release(keys: list[str], engines: list[Any]) -> None:
+    """Give the engines back to the pool."""
     for key, engine in zip(keys, engines):
         release_engine(key, engine)
-    shutil.rmtree(adapter_root, ignore_errors=True)
 
 
 def tensor_parallel_group(k: int) -> Any:
