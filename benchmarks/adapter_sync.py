@@ -11,7 +11,7 @@ seconds per phase over the repeats, per adapter:
   timed apart in a fresh scratch folder), `add_lora` under a new id, `remove_lora` of the old one, `rmtree`
   of its folder;
 - after (`push_adapter`): gather (`adapter_tensors`), write the tensors file into the adapter's folder in
-  `/dev/shm` (`write_adapter_tensors`), `add_lora` with `load_inplace` under the adapter's id;
+  `/dev/shm` (`write_adapter_tensors`), `add_lora` with `load_inplace` under the adapter's id, remove the file;
 - the call cost: `add_lora` of an id the engine holds (no load), the least one engine call costs.
 """
 
@@ -122,11 +122,14 @@ def main(argv: list[str] | None = None) -> int:
             change()
             t = {}
             t["gather"], adapter = timed(ve.adapter_tensors, peft, NAME)
-            t["write tensors"], _ = timed(ve.write_adapter_tensors, request.lora_path, adapter)
+            t["write tensors"], path = timed(ve.write_adapter_tensors, request.lora_path, adapter)
             with ve.kept_process_state():
                 t["add_lora (load_inplace)"], _ = timed(engine.llm_engine.add_lora, inplace)
+            t["remove the tensors file"], _ = timed(os.remove, path)
+            with ve.kept_process_state():
                 t["add_lora of a held id (call only)"], _ = timed(engine.llm_engine.add_lora, request)
-            t["total"] = t["gather"] + t["write tensors"] + t["add_lora (load_inplace)"]
+            t["total"] = sum(t[k] for k in ("gather", "write tensors", "add_lora (load_inplace)",
+                                            "remove the tensors file"))
             t["push_adapter (all of it)"], _ = timed(ve.push_adapter, engine, peft, NAME, root, request)
             if i:
                 for k, v in t.items():

@@ -7,9 +7,9 @@ engine per turn. Fixed seats (frozen models, bots) are not the backend's: they k
 
 Weights follow training: after an optimizer step of agent a (or an optimizer state load, on resume) the
 backend marks it changed, and before the next generation pushes it into its engine: a changed adapter's LoRA
-tensors are written to its folder in memory (`/dev/shm`) and reloaded under its id, full weights go in place
-through `reload_weights`. The seconds this takes
-are returned by `finish_rollout()` (logged as `perf/seconds_weight_sync`).
+tensors are written to its folder in memory (`/dev/shm`), reloaded under its id and deleted; full weights go
+in place through `reload_weights`. The seconds this takes are returned by `finish_rollout()` (logged as
+`perf/seconds_weight_sync`).
 
 Sampling keeps the HF backend's contract, per agent: temperature, top_p, top_k (None, off, is vLLM's -1),
 max_new_tokens, the EOS ids and the chat template map exactly (prompts are tokenized here as the HF backend

@@ -3,9 +3,9 @@
 An engine is a `vllm.LLM` running in-process (`VLLM_ENABLE_V1_MULTIPROCESSING=0`), so the trainer's tensors
 reach it without a copy across processes. It starts from the model's config and tokenizer only
 (`load_format="dummy"`) and gets its weights from the live model (`push_weights`), so the engine always
-samples what the trainer holds, whatever the model was loaded from. A LoRA agent reaches it as an adapter
-folder in memory (`/dev/shm`) holding its LoRA tensors and PEFT config, reloaded in place under the agent's
-id after each change (`push_adapter`: vLLM 0.32 loads adapters from folders only).
+samples what the trainer holds, whatever the model was loaded from. After each change a LoRA agent's tensors
+are written to its adapter folder in memory (`/dev/shm`, beside its PEFT config) and reloaded in place under
+the agent's id (`push_adapter`: vLLM 0.32 loads adapters from folders only).
 
 Engines are lent from a pool keyed by everything that shapes one (architecture, tokenizer, dtype, LoRA slots,
 engine arguments): a second learner in the same process (a test session, MARLHFIter's rounds, a resume)
@@ -261,21 +261,21 @@ def adapter_tensors(peft_model: Any, adapter_name: str) -> dict[str, torch.Tenso
     return {own.sub(r"\1", k): whole(v) for k, v in peft_model.named_parameters() if own.search(k)}
 
 
-def write_adapter_tensors(directory: str, tensors: dict[str, torch.Tensor]) -> None:
-    """Write `tensors` as the folder's `ADAPTER_FILE`, replacing the last one in one rename (a reader holding
-    the old file, memory-mapped, keeps its bytes)."""
+def write_adapter_tensors(directory: str, tensors: dict[str, torch.Tensor]) -> str:
+    """Write `tensors` as the folder's `ADAPTER_FILE`; returns its path."""
     from safetensors.torch import save_file
 
     path = os.path.join(directory, ADAPTER_FILE)
-    save_file({k: v.detach().contiguous() for k, v in tensors.items()}, path + ".part")
-    os.replace(path + ".part", path)
+    save_file({k: v.detach().contiguous() for k, v in tensors.items()}, path)
+    return path
 
 
 def push_adapter(engine: Any, peft_model: Any, adapter_name: str, root: str, request: Any = None) -> Any:
     """Load one adapter of a PEFT model into the engine: its LoRA tensors (`adapter_tensors`) written to its
-    folder under `root`, then reloaded in place under its id (`load_inplace`), which replaces the engine's copy
-    before the next step samples. The first call makes the folder (PEFT's `adapter_config.json`) and the id;
-    later calls pass the `LoRARequest` it returned, which generation requests name."""
+    folder under `root`, reloaded in place under its id (`load_inplace`), which replaces the engine's copy
+    before the next step samples, then deleted (the engine holds them; a killed process leaves no tensors in
+    memory). The first call makes the folder (PEFT's `adapter_config.json`) and the id; later calls pass the
+    `LoRARequest` it returned, which generation requests name."""
     from vllm.lora.request import LoRARequest
 
     if request is None:
@@ -283,8 +283,11 @@ def push_adapter(engine: Any, peft_model: Any, adapter_name: str, root: str, req
         directory = os.path.join(root, f"{adapter_name}-{lora_id}")
         peft_model.peft_config[adapter_name].save_pretrained(directory)  # the config only, no model card
         request = LoRARequest(f"{adapter_name}-{lora_id}", lora_id, directory)
-    write_adapter_tensors(request.lora_path, adapter_tensors(peft_model, adapter_name))
-    with kept_process_state():
-        engine.llm_engine.add_lora(LoRARequest(request.lora_name, request.lora_int_id, request.lora_path,
-                                               load_inplace=True))
+    path = write_adapter_tensors(request.lora_path, adapter_tensors(peft_model, adapter_name))
+    try:
+        with kept_process_state():
+            engine.llm_engine.add_lora(LoRARequest(request.lora_name, request.lora_int_id, request.lora_path,
+                                                   load_inplace=True))
+    finally:
+        os.remove(path)  # a reader that memory-mapped it keeps its bytes
     return request
