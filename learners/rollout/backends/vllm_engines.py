@@ -257,7 +257,7 @@ def adapter_scratch() -> str | None:
 def adapter_tensors(peft_model: Any, adapter_name: str) -> dict[str, torch.Tensor]:
     """The LoRA tensors of one adapter under PEFT's checkpoint names (`...q_proj.lora_A.weight`: the adapter's
     name dropped), each gathered `whole` when sharded (in parameter order, the same on every rank)."""
-    own = re.compile(rf"(\.lora_[A-Za-z_]+)\.{re.escape(adapter_name)}(?=\.)")
+    own = re.compile(rf"(\.lora_[A-Za-z_]+)\.{re.escape(adapter_name)}(?=\.|$)")
     return {own.sub(r"\1", k): whole(v) for k, v in peft_model.named_parameters() if own.search(k)}
 
 
