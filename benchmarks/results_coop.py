@@ -72,12 +72,14 @@ from results import (EVAL_EPISODES, EVAL_SEED, LORA, SAMPLING, SPLIT_SEED, Task,
 
 TASKS = {"secretpair": "coop/SecretPair-v1", "sharedpick": "coop/SharedPick-v1"}
 SEEDS = (0, 1, 2)
-BUDGET = 3072  # sampled completions per trained condition, all agents and turns together
+# Sampled completions per trained condition, all agents and turns together (issue 44: SecretPair's team
+# plateaued by 1,088 completions on seed 0; 20 rollouts of 64 leave 3 past it. docs/DESIGN.md "## Issue 44").
+BUDGET = 1280
 COMPLETIONS_PER_ROLLOUT = 64  # per update, every condition: team 4 instances x 4 x 2 agents x 2 turns, lone 16 x 4
 GROUP = 4  # episodes per instance in a rollout: MAGRPO's group; the actor-critics' parallel copies
 LR = 5e-4  # LoRA actors (results.py: 1e-3 learnt Arithmetic fast, 3e-4 FormatAgreement steadily)
 CRITIC_LR = 2e-5  # full critic models with a value head
-MAX_NEW_TOKENS = 24  # a message or an answer: a few words
+MAX_NEW_TOKENS = 16  # a message ("My colour is red." ~6 tokens) or an answer (2-3): a few words
 EXAMPLES = 3  # sampled episodes per row kept for the results page
 # Measured on one H200 (141 GB): a stage's process peaks at 7-18 GB of GPU memory (a team with critics the most),
 # so 16 at once ran out of memory and the survivors stalled in the allocator's retries; 6 fit with room.

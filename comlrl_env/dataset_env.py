@@ -37,6 +37,7 @@ from typing import Any, Callable, Sequence
 
 from comlrl_env.base import AgentID, TextParallelEnv
 from rewards.calling import RewardFunctionError, call_reward_function
+from rewards.plain_data import short_repr
 
 __all__ = ["DatasetEnv", "TransitionError"]
 
@@ -172,7 +173,7 @@ class DatasetEnv(TextParallelEnv):
             ) from exc
         if isinstance(value, bool) or not isinstance(value, numbers.Real) or not math.isfinite(value):
             raise RewardFunctionError(
-                f"reward_processor {name} mapped reward {reward!r} to {_short(value)} ({where}); "
+                f"reward_processor {name} mapped reward {reward!r} to {short_repr(value)} ({where}); "
                 "it must return a finite number."
             )
         return float(value)
@@ -197,12 +198,13 @@ class DatasetEnv(TextParallelEnv):
         wanted = f"return a list of {len(self.agents)} prompt strings, one per agent."
         if not isinstance(raw, (list, tuple)) or len(raw) != len(self.agents):
             count = f"{len(raw)} values" if isinstance(raw, (list, tuple)) else f"a {type(raw).__name__}"
-            raise TransitionError(f"external_transition {name} returned {count} on {where}: {_short(raw)}; {wanted}")
+            raise TransitionError(
+                f"external_transition {name} returned {count} on {where}: {short_repr(raw)}; {wanted}")
         for i, text in enumerate(raw):
             if not isinstance(text, str):
                 raise TransitionError(
                     f"external_transition {name} returned a {type(text).__name__} for agent {i} on {where}: "
-                    f"{_short(raw)}; {wanted}"
+                    f"{short_repr(raw)}; {wanted}"
                 )
         return list(raw)
 
@@ -265,8 +267,3 @@ def _format(formatter: Formatter, item: Any, external: str | None) -> str:
     if external is not None and _accepts(formatter, "external_prompts"):
         return formatter(item, external_prompts=external)
     return formatter(item)
-
-
-def _short(value: Any, limit: int = 200) -> str:
-    text = repr(value)
-    return text if len(text) <= limit else text[: limit - 20] + f"... ({len(text)} chars)"

@@ -13,8 +13,11 @@ import inspect
 import pathlib
 
 from learners import IACConfig, LearnerConfig, MAACConfig, MAGRPOConfig, MARLHFConfig, MARLHFIterConfig
+from learners.actor_critic_config import ActorCriticConfig
 
-CONFIGS = (LearnerConfig, MAGRPOConfig, IACConfig, MAACConfig, MARLHFConfig, MARLHFIterConfig)
+# ActorCriticConfig is not a learner's, but IACConfig and MAACConfig list only what differs from it: without
+# it here, the fields both share (ppo_epochs, critic_type, ...) would be documented nowhere.
+CONFIGS = (LearnerConfig, MAGRPOConfig, ActorCriticConfig, IACConfig, MAACConfig, MARLHFConfig, MARLHFIterConfig)
 TARGET = pathlib.Path(__file__).with_name("config.md")
 
 

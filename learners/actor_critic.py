@@ -27,6 +27,7 @@ The settings (`IACConfig`, `MAACConfig`) live in `learners.actor_critic_config`.
 
 from __future__ import annotations
 
+import dataclasses
 import os
 import time
 from typing import Any
@@ -38,7 +39,7 @@ from learners.actor_critic_config import ActorCriticConfig, IACConfig, MAACConfi
 from learners.loop.data import seed_everything
 from learners.loop.learner import Learner
 from learners.loop.losses import POLICY_STATS, policy_terms, reference_kl, value_loss
-from learners.loop.metrics import MeanMetrics, rollout_metrics
+from learners.loop.metrics import MeanMetrics, rollout_metrics, update_metrics
 from learners.loop.optim import PolicyBatch, accumulate_gradients, adamw, gradient_step, policy_step
 from learners.models.agents import resolve_sources, save_gathered
 from learners.models.critics import CausalLMWithValueHead, ValueHead, load_critics
@@ -46,8 +47,8 @@ from learners.parallel.fsdp import pass_sync
 from learners.parallel.placement import resolve_devices
 from learners.reinforce import acting_group_advantages
 from learners.rollout import Rollout, SampleBatch
-from learners.rollout.backends import corrected_advantages
-from learners.rollout.scoring import token_logprobs
+from learners.rollout.backends import rollout_correction
+from learners.rollout.scoring import RolloutCorrection, token_logprobs
 from learners.rollout.settings import Number
 from rewards.models import encode_joint_texts, joint_text
 
@@ -113,11 +114,25 @@ def normalize_per_turn(adv: torch.Tensor, turn: torch.Tensor, acted: torch.Tenso
 # ----- the shared learner ------------------------------------------------------------------
 
 
+@dataclasses.dataclass
+class UpdateData:
+    """What every minibatch step of one update reads: the `rollout`, the actors' advantages `adv` `(A, S)`,
+    pi_old (`old_logprobs`, per agent; None: ratio 1) or the engine `correction` that gives it and weighs the
+    advantages, and the critics' `old_values` and `targets` `(C, S)`."""
+
+    rollout: Rollout
+    adv: torch.Tensor
+    old_logprobs: list[torch.Tensor] | None
+    correction: RolloutCorrection | None
+    old_values: torch.Tensor
+    targets: torch.Tensor
+
+
 class ActorCritic(Learner):
     """What IAC and MAAC share: the rollout, GAE and the update loop; their critics differ.
 
     A subclass provides `critic_values(rollout)` `(C, S)` (C = agents for IAC, 1 for MAAC),
-    `critic_rewards(rewards)` `(C, S)` and `minibatch_step(...)`, one optimizer step of every actor
+    `critic_rewards(rewards)` `(C, S)` and `minibatch_step(data, idx)`, one optimizer step of every actor
     and critic on a minibatch of samples.
     """
 
@@ -136,48 +151,49 @@ class ActorCritic(Learner):
         actor_adv = adv if adv.shape[0] == self.num_agents else adv.expand(self.num_agents, -1)
         if cfg.advantage_normalization:
             actor_adv = normalize_per_turn(actor_adv, rollout.turn, rollout.acted)
-        corrected, old_logprobs, correction = corrected_advantages(self, rollout.samples, actor_adv, old_logprobs)
-        metrics = self.update(rollout, corrected, old_values, targets, old_logprobs)
-        metrics["perf/seconds_update"] = time.perf_counter() - t0
+        passes = [self.minibatches(rollout.num_samples, p) for p in range(cfg.ppo_epochs)]
+        correction = rollout_correction(self, rollout, passes[0][0])  # an engine's samples: w_s and pi_old
+        metrics = self.update(rollout, actor_adv, old_values, targets, passes, old_logprobs, correction)
         metrics.update(rollout_metrics(rollout, actor_adv, kl))
-        metrics.update(correction)
+        metrics.update(update_metrics(time.perf_counter() - t0, correction))
         for c in range(old_values.shape[0]):
             metrics[f"train/critic_{c}/value_mean"] = float(old_values[c].mean())
             metrics[f"train/critic_{c}/target_mean"] = float(targets[c].mean())
         return metrics
 
     def update(self, rollout: Rollout, adv: torch.Tensor, old_values: torch.Tensor, targets: torch.Tensor,
-               old_logprobs: list[torch.Tensor] | None = None) -> dict[str, float]:
-        """`ppo_epochs` passes over one rollout, each reshuffled into minibatches of samples; one optimizer
-        step of every actor and critic per minibatch. Returns each metric averaged over the steps."""
-        cfg: ActorCriticConfig = self.args
-        passes = [self.minibatches(rollout.num_samples, p) for p in range(cfg.ppo_epochs)]
-        if old_logprobs is None and sum(len(chunks) for chunks in passes) > 1:  # the policy moves: ratio needed
+               passes: list[list[torch.Tensor]], old_logprobs: list[torch.Tensor] | None = None,
+               correction: RolloutCorrection | None = None) -> dict[str, float]:
+        """`passes` over one rollout (`ppo_epochs` of them, each its own shuffle into minibatches of samples);
+        one optimizer step of every actor and critic per minibatch. Returns each metric averaged over the
+        steps. An engine-sampled rollout's `correction` weighs the advantages and gives pi_old."""
+        needs_old = correction is None and old_logprobs is None and sum(len(chunks) for chunks in passes) > 1
+        if needs_old:  # the policy moves: ratio needed
             old_logprobs = [self.old_logprobs(a, rollout) for a in range(self.num_agents)]
+        data = UpdateData(rollout, adv, old_logprobs, correction, old_values, targets)
         means = MeanMetrics()
         for chunks in passes:
             for idx in chunks:
-                means.add(self.minibatch_step(rollout, idx, adv, old_logprobs, old_values, targets))
+                means.add(self.minibatch_step(data, idx))
         return means.means()
 
-    def actor_step(self, m: int, rollout: Rollout, idx: torch.Tensor, adv: torch.Tensor,
-                   old_logprobs: list[torch.Tensor] | None) -> dict[str, float]:
-        """One optimizer step of model `m` on the samples `idx` of every agent it plays (`adv`: `(A, S)`)."""
-        agents = self.model_agents()[m]
-        parts = [PolicyBatch(rollout.samples[a], rollout.acting(a, idx), adv[a],
-                             None if old_logprobs is None else old_logprobs[a],
-                             self.engine.backend.support(a)) for a in agents]
+    def actor_step(self, m: int, data: "UpdateData", idx: torch.Tensor) -> dict[str, float]:
+        """One optimizer step of model `m` on the samples `idx` of every agent it plays."""
+        agents, rollout = self.model_agents()[m], data.rollout
+        parts = [PolicyBatch(rollout.samples[a], rollout.acting(a, idx), data.adv[a],
+                             None if data.old_logprobs is None else data.old_logprobs[a],
+                             self.engine.backend.support(a), data.correction, a) for a in agents]
         metrics = policy_step(self.agents[agents[0]], self.optimizers[m], parts, self.args, self.dist)
         return {f"train/agent_{a}/{name}": value for a in agents for name, value in metrics.items()}
 
-    def critic_step(self, c: int, rollout: Rollout, idx: torch.Tensor, old_values: torch.Tensor,
-                    targets: torch.Tensor) -> dict[str, float]:
-        """One optimizer step of critic `c` on the samples `idx` (`old_values`, `targets`: `(C, S)`)."""
+    def critic_step(self, c: int, data: "UpdateData", idx: torch.Tensor) -> dict[str, float]:
+        """One optimizer step of critic `c` on the samples `idx`."""
         cfg: ActorCriticConfig = self.args
         critic, optimizer = self.critics[c], self.critic_optimizers[c]
 
         def loss_fn(micro: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-            loss = self.value_terms(c, micro, self.values_with_grad(c, rollout, micro), old_values, targets)
+            values = self.values_with_grad(c, data.rollout, micro)
+            loss = self.value_terms(c, micro, values, data.old_values, data.targets)
             return cfg.value_loss_coef * loss, loss
 
         optimizer.zero_grad(set_to_none=True)
@@ -302,22 +318,20 @@ class IAC(ActorCritic):
         """Values `(len(idx),)` of agent c's separate critic on the samples `idx`, with gradients."""
         return self.values(c, rollout.samples[c].select(idx))[0]
 
-    def minibatch_step(self, rollout: Rollout, idx: torch.Tensor, adv: torch.Tensor, old_logprobs: list | None,
-                       old_values: torch.Tensor, targets: torch.Tensor) -> dict[str, float]:
+    def minibatch_step(self, data: UpdateData, idx: torch.Tensor) -> dict[str, float]:
         """One optimizer step of every actor and its critic (or shared value head) on the samples `idx`."""
         metrics: dict[str, float] = {}
         if self.args.use_separate_critic:
             for m in range(len(self.optimizers)):
-                metrics.update(self.actor_step(m, rollout, idx, adv, old_logprobs))
+                metrics.update(self.actor_step(m, data, idx))
             for a in range(self.num_agents):
-                metrics.update(self.critic_step(a, rollout, idx, old_values, targets))
+                metrics.update(self.critic_step(a, data, idx))
         else:  # no self-play here (`_validate`): model a is agent a
             for a in range(self.num_agents):
-                metrics.update(self.shared_step(a, rollout, idx, adv, old_logprobs, old_values, targets))
+                metrics.update(self.shared_step(a, data, idx))
         return metrics
 
-    def shared_step(self, a: int, rollout: Rollout, idx: torch.Tensor, adv: torch.Tensor,
-                    old_logprobs: list | None, old_values: torch.Tensor, targets: torch.Tensor) -> dict[str, float]:
+    def shared_step(self, a: int, data: UpdateData, idx: torch.Tensor) -> dict[str, float]:
         """One optimizer step of actor `a` and its value head: one forward gives log-probs and values, and the
         loss is policy loss + value_loss_coef * value loss.
 
@@ -326,7 +340,10 @@ class IAC(ActorCritic):
         which is exact because the clipped surrogate is positively homogeneous in the advantage.
         """
         cfg: IACConfig = self.args
-        model, optimizer = self.agents[a], self.optimizers[a]
+        model, optimizer, rollout = self.agents[a], self.optimizers[a], data.rollout
+        part = PolicyBatch(rollout.samples[a], idx, data.adv[a],
+                           None if data.old_logprobs is None else data.old_logprobs[a],
+                           self.engine.backend.support(a), data.correction, a)
         acting = len(rollout.acting(a, idx))
         weight = (torch.ones(rollout.num_samples) if rollout.acted is None
                   else rollout.acted[a].float() * (len(idx) / max(acting, 1)))
@@ -334,9 +351,9 @@ class IAC(ActorCritic):
         def loss_fn(micro: torch.Tensor) -> tuple[torch.Tensor, ...]:
             batch = rollout.samples[a].select(micro)
             values, logprobs = self.values(a, batch, with_logprobs=True)
-            critic_loss = self.value_terms(a, micro, values, old_values, targets)
-            old = None if old_logprobs is None else old_logprobs[a][micro]
-            actor_loss, *stats = policy_terms(logprobs, old, adv[a, micro] * weight[micro], batch.completion_mask,
+            critic_loss = self.value_terms(a, micro, values, data.old_values, data.targets)
+            advantages, old = part.terms(micro, logprobs)
+            actor_loss, *stats = policy_terms(logprobs, old, advantages * weight[micro], batch.completion_mask,
                                               cfg.clip_range, cfg.length_normalization)
             return actor_loss + cfg.value_loss_coef * critic_loss, actor_loss, critic_loss, *stats
 
@@ -409,13 +426,12 @@ class MAAC(ActorCritic):
         """Values `(len(idx),)` of the centralized critic (c = 0) on the samples `idx`, with gradients."""
         return self.joint_values(self.joint_texts(rollout, idx))
 
-    def minibatch_step(self, rollout: Rollout, idx: torch.Tensor, adv: torch.Tensor, old_logprobs: list | None,
-                       old_values: torch.Tensor, targets: torch.Tensor) -> dict[str, float]:
+    def minibatch_step(self, data: UpdateData, idx: torch.Tensor) -> dict[str, float]:
         """One optimizer step of every actor, then one of the centralized critic, on the samples `idx`."""
         metrics: dict[str, float] = {}
         for m in range(len(self.optimizers)):
-            metrics.update(self.actor_step(m, rollout, idx, adv, old_logprobs))
-        metrics.update(self.critic_step(0, rollout, idx, old_values, targets))
+            metrics.update(self.actor_step(m, data, idx))
+        metrics.update(self.critic_step(0, data, idx))
         return metrics
 
     def _save_extra_models(self, output_dir: str) -> None:

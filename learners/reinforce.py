@@ -30,11 +30,12 @@ from learners.loop.config import LearnerConfig, canonicalize
 from learners.loop.data import seed_everything
 from learners.loop.learner import Learner
 from learners.loop.losses import POLICY_STATS, policy_loss, policy_stats, reference_kl  # noqa: F401 (public here)
-from learners.loop.metrics import MeanMetrics, rollout_metrics
+from learners.loop.metrics import MeanMetrics, rollout_metrics, update_metrics
 from learners.loop.optim import PolicyBatch, policy_step
 from learners.parallel.placement import per_agent
-from learners.rollout.backends import corrected_advantages
+from learners.rollout.backends import rollout_correction
 from learners.rollout.samples import Rollout
+from learners.rollout.scoring import RolloutCorrection
 from learners.rollout.settings import Number
 
 __all__ = [
@@ -286,29 +287,29 @@ class MAGRPO(Learner):
             grouped = rollout if cfg.advantage_grouping == "node" else dataclasses.replace(
                 rollout, group=torch.zeros_like(rollout.group))  # one group per agent over the rollout
             advantages = acting_advantages(returns, grouped, cfg.advantage_mode, cfg.advantage_normalization)
-        corrected, old, correction = corrected_advantages(self, rollout.samples, advantages, old)
-        metrics = self.update(rollout, corrected, chunks, old)
-        metrics["perf/seconds_update"] = time.perf_counter() - t0
+        correction = rollout_correction(self, rollout, chunks[0])  # an engine's samples: w_s and pi_old
+        metrics = self.update(rollout, advantages, chunks, old, correction)
         metrics.update(rollout_metrics(rollout, advantages, kl))
-        metrics.update(correction)
+        metrics.update(update_metrics(time.perf_counter() - t0, correction))
         return metrics
 
     def update(self, rollout: Rollout, advantages: torch.Tensor, chunks: list[torch.Tensor],
-               old: list[torch.Tensor] | None) -> dict[str, float]:
+               old: list[torch.Tensor] | None, correction: RolloutCorrection | None = None) -> dict[str, float]:
         """Every model's optimizer steps on one rollout, one per minibatch of groups (`chunks`); returns the
         loss, policy statistics and gradient norm of each agent, averaged over its steps. A model playing
-        several seats (self-play) steps once per minibatch on all its seats' samples."""
+        several seats (self-play) steps once per minibatch on all its seats' samples. An engine-sampled
+        rollout's `correction` weighs the advantages and gives pi_old (`old` is then unused)."""
         # Models on their own accelerators update concurrently (never under torchrun: collectives stay ordered).
         concurrent = self.engine.concurrent and not self.dist.enabled
         groups = self.model_agents()
         metrics: dict[str, float] = {}
-        for part in per_agent(lambda m: self.update_model(m, rollout, advantages, chunks, old), len(groups),
-                              concurrent):
+        for part in per_agent(lambda m: self.update_model(m, rollout, advantages, chunks, old, correction),
+                              len(groups), concurrent):
             metrics.update(part)
         return metrics
 
     def update_model(self, m: int, rollout: Rollout, advantages: torch.Tensor, chunks: list[torch.Tensor],
-                     old: list[torch.Tensor] | None) -> dict[str, float]:
+                     old: list[torch.Tensor] | None, correction: RolloutCorrection | None) -> dict[str, float]:
         """Model `m`'s optimizer steps on the minibatches `chunks` (sample rows) of `rollout`, each on the rows
         of every agent it plays; an empty one (torchrun: this rank has no groups left) joins the other ranks'
         step with zero gradients. Its metrics are logged under each of its agents."""
@@ -316,7 +317,7 @@ class MAGRPO(Learner):
         means = MeanMetrics()
         for idx in chunks:
             parts = [PolicyBatch(rollout.samples[a], rollout.acting(a, idx), advantages[a],
-                                 None if old is None else old[a], self.engine.backend.support(a))
+                                 None if old is None else old[a], self.engine.backend.support(a), correction, a)
                      for a in agents]
             means.add(policy_step(self.agents[agents[0]], self.optimizers[m], parts, self.args, self.dist))
         return {f"train/agent_{a}/{name}": value for a in agents for name, value in means.means().items()}

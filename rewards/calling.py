@@ -31,6 +31,8 @@ import numbers
 import warnings
 from typing import Any, Callable, Sequence
 
+from rewards.plain_data import short_repr
+
 __all__ = ["RewardFunctionError", "call_reward_function"]
 
 
@@ -78,7 +80,7 @@ def call_reward_function(
         return [values]
     raise RewardFunctionError(
         f"reward function {name} returned {len(values)} values{context} for a batch of {batch} joint "
-        f"actions of {num_agents} agents: {_short(raw)}. Return one value per joint action "
+        f"actions of {num_agents} agents: {short_repr(raw)}. Return one value per joint action "
         f"({batch}), or one per agent ({num_agents}) for a single joint action."
     )
 
@@ -143,13 +145,13 @@ def _to_floats(raw: Any, name: str, context: str) -> list[float]:
         raw = [raw]
     if not isinstance(raw, (list, tuple)):
         raise RewardFunctionError(
-            f"reward function {name} returned {_short(raw)}{context}; return a number or a list of numbers."
+            f"reward function {name} returned {short_repr(raw)}{context}; return a number or a list of numbers."
         )
     values = []
     for v in raw:
         if isinstance(v, bool) or not isinstance(v, numbers.Real):
             raise RewardFunctionError(
-                f"reward function {name} returned a non-number {v!r}{context} (in {_short(raw)}); return floats."
+                f"reward function {name} returned a non-number {v!r}{context} (in {short_repr(raw)}); return floats."
             )
         try:
             v = float(v)
@@ -157,7 +159,7 @@ def _to_floats(raw: Any, name: str, context: str) -> list[float]:
             v = math.inf if v > 0 else -math.inf
         if not math.isfinite(v):
             raise RewardFunctionError(
-                f"reward function {name} returned {v!r}{context} (in {_short(raw)}); rewards must be finite."
+                f"reward function {name} returned {v!r}{context} (in {short_repr(raw)}); rewards must be finite."
             )
         values.append(v)
     return values
@@ -171,8 +173,3 @@ def _name(fn: Any) -> str:
     if isinstance(name, str):
         return name
     return f"{type(fn).__qualname__} instance"
-
-
-def _short(value: Any, limit: int = 200) -> str:
-    text = repr(value)
-    return text if len(text) <= limit else text[: limit - 20] + f"... ({len(text)} chars)"

@@ -17,7 +17,8 @@ import ast
 import math
 from typing import Any
 
-__all__ = ["HARNESS", "MAX_DEPTH", "MAX_INT_BITS", "MAX_VALUE_CHARS", "RECORDER", "literal", "parse_plain", "shown"]
+__all__ = ["HARNESS", "MAX_DEPTH", "MAX_INT_BITS", "MAX_VALUE_CHARS", "RECORDER", "literal", "parse_plain", "short_repr",
+           "shown"]
 
 MAX_VALUE_CHARS = 100_000
 """Longest result literal accepted from a run; longer is a failure for that input."""
@@ -131,6 +132,16 @@ def literal(value: Any) -> str:
     if type(value) is dict:
         return "{" + ", ".join(f"{k!r}: {literal(v)}" for k, v in value.items()) + "}"
     return repr(value)
+
+
+def short_repr(value: Any, limit: int = 80) -> str:
+    """`repr(value)` cut to `limit` characters (the cut ones replaced by "..."), for error messages; never
+    raises: a value whose repr fails (absurd nesting, an int over Python's 4300-digit limit) is named by type."""
+    try:
+        text = repr(value)
+    except Exception:  # RecursionError, ValueError for a huge int, or a user's broken __repr__
+        return f"<a {type(value).__name__} too large to show>"
+    return text if len(text) <= limit else text[: limit - 3] + "..."
 
 
 def shown(value: Any, limit: int = 120) -> str:

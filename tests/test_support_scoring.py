@@ -14,7 +14,9 @@ from learners.reinforce import MAGRPOConfig
 from learners.rollout.backends import HFBackend
 from learners.rollout.backends.sampling import filtered_probs, sample_completions
 from learners.rollout.samples import SampleBatch
-from learners.rollout.scoring import Support, engine_correction, kept_tokens, sequence_ratio, token_logprobs
+from learners.loop.optim import PolicyBatch, adamw, policy_step
+from learners.rollout.scoring import (RolloutCorrection, Support, engine_correction, kept_tokens, sampled_logprobs,
+                                      sequence_ratio, token_logprobs)
 from learners.rollout.settings import GenerationSettings
 
 SUPPORTS = [Support(0.7), Support(0.7, 50), Support(1.0, None, 0.9), Support(1.3, 20, 0.8)]
@@ -105,6 +107,101 @@ def test_engine_correction_weighs_masks_and_reports(tiny_dir):
     assert metrics["train/agent_0/rollout_ratio_mean"] == pytest.approx((math.exp(0.1) + math.e) / 2, abs=1e-4)
     same = engine_correction([model], [batch], [Support(1.0)], advantages, [trainer], cap=None)
     assert same[0] is advantages and same[1][0] is trainer and same[2] == {}
+
+
+def _engine_rollout(model, rows=12, seed=0):
+    """A rollout of `rows` sampled completions (lengths 0 to 6) and engine log-probs off by per-row shifts."""
+    g = torch.Generator().manual_seed(seed)
+    ids = torch.randint(3, 100, (rows, 5), generator=g)
+    prompt_mask = torch.ones_like(ids)
+    prompt_mask[::3, :2] = 0  # some prompts left-padded
+    lengths = torch.arange(rows) % 7
+    completion = torch.randint(3, 100, (rows, 6), generator=g)
+    mask = (torch.arange(6)[None] < lengths[:, None]).long()
+    batch = SampleBatch(ids, prompt_mask, completion, mask, [""] * rows)
+    trainer = sampled_logprobs(model, batch)
+    shift = torch.linspace(-0.3, 1.2, rows)[:, None] * mask  # trainer - engine; the largest rows go over cap 2
+    batch.logprobs = trainer - shift
+    return batch, torch.randn(1, rows, generator=g)
+
+
+class _Args:
+    clip_range, length_normalization, gradient_accumulation_steps, max_grad_norm = 0.2, False, 2, 1.0
+
+
+def test_the_update_scores_its_first_minibatch_as_the_separate_pass_did(tiny_dir):
+    """The correction from the update's own forward: on the first minibatch's rows (scored there, detached)
+    and the later rows (one no-grad pass), the same r_s, mask, metrics, pi_old and policy step as scoring
+    every row up front (the separate pass), to 1e-6; and no trainer forward beyond the update's own for the
+    first minibatch."""
+    import copy
+
+    model = AutoModelForCausalLM.from_pretrained(tiny_dir)
+    batch, advantages = _engine_rollout(model)
+    first, later = torch.arange(0, 6), torch.arange(6, 12)
+    ref_adv, ref_old, ref_metrics = engine_correction([model], [batch], [Support(1.0)], advantages, None, cap=2.0)
+    assert 0 < ref_metrics["train/agent_0/rollout_ratio_masked"] < 1  # some rows above the cap, some not
+
+    def steps(policy, parts_of):
+        optimizer, out = adamw(policy.parameters(), lr=1e-3), []
+        for idx in (first, later):
+            out.append(policy_step(policy, optimizer, [parts_of(idx)], _Args))
+        return out
+
+    before = steps(copy.deepcopy(model), lambda idx: PolicyBatch(batch, idx, ref_adv[0], ref_old[0], Support(1.0)))
+    policy, forwards = copy.deepcopy(model), []
+    policy.register_forward_hook(lambda *args: forwards.append(1))
+    correction = RolloutCorrection([batch], cap=2.0)
+    correction.prescore([policy], [Support(1.0)], skip=[first])
+    assert len(forwards) == 1 and correction.ratio[0][first[first % 7 > 0]].isnan().all()
+    after = steps(policy, lambda idx: PolicyBatch(batch, idx, advantages[0], None, Support(1.0), correction, 0))
+    assert len(forwards) == 1 + 2 * 2  # the pass over the later rows, then 2 micro-batches per step: no other
+    rows = torch.arange(12)
+    assert torch.allclose(advantages[0] * correction.weights(0, rows), ref_adv[0], atol=1e-6, rtol=0)
+    assert torch.allclose(correction.old[0], ref_old[0], atol=1e-6, rtol=0)
+    assert correction.metrics() == pytest.approx(ref_metrics, abs=1e-6)
+    for old, new in zip(before, after):
+        assert new == pytest.approx(old, abs=1e-6)
+
+
+def test_an_unscored_row_is_an_error_not_a_silent_ratio(tiny_dir):
+    model = AutoModelForCausalLM.from_pretrained(tiny_dir)
+    batch, _ = _engine_rollout(model)
+    correction = RolloutCorrection([batch], cap=2.0)
+    correction.prescore([model], [Support(1.0)], skip=[torch.tensor([1, 2])])
+    with pytest.raises(RuntimeError, match=r"agent 0's rollout correction left sampled rows unscored: \[1, 2\]"):
+        correction.metrics()
+
+
+def test_magrpo_on_an_engine_rollout_runs_one_forward_per_minibatch(tiny_dir):
+    """With one optimizer step per rollout, the trainer runs one forward per agent after the rollout (the
+    update's), not two (the correction's pass, then the update's). The rollout is the HF backend's, whose
+    log-probs stand in for an engine's: the config is switched to "vllm" after the backend is built, so the
+    correction runs (its ratio is 1 here); tests/test_vllm.py checks the same on vLLM itself."""
+    import datasets
+
+    from learners import MAGRPO
+
+    cfg = MAGRPOConfig(num_train_epochs=1, num_generations=4, max_new_tokens=6, rollout_buffer_size=2,
+                       eval_interval=0, verbose=False)
+    learner = MAGRPO(agent_model=tiny_dir, num_agents=2, reward_func=lambda a, b: [len(x) / 10 for x in a],
+                     train_dataset=datasets.Dataset.from_dict({"prompt": ["one two", "three four"]}), args=cfg)
+    learner.args.generation_backend = "vllm"
+    assert learner.args.correction_cap == 2.0
+    forwards, collect = {0: 0, 1: 0}, learner.collect
+    for a, agent in enumerate(learner.agents):
+        agent.register_forward_hook(lambda *args, a=a: forwards.__setitem__(a, forwards[a] + 1))
+
+    def counted_collect(*args, **kwargs):
+        rollout = collect(*args, **kwargs)
+        forwards.update({0: 0, 1: 0})  # sampling's forwards are the backend's
+        return rollout
+
+    learner.collect = counted_collect
+    metrics = learner.learn()
+    assert forwards == {0: 1, 1: 1}
+    assert metrics["train/agent_0/rollout_ratio_mean"] == pytest.approx(1.0, abs=1e-4)
+    assert "perf/seconds_correction" in metrics and "perf/seconds_update" in metrics
 
 
 # ----- the config ---------------------------------------------------------------------------------------------

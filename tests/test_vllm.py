@@ -127,6 +127,30 @@ def test_logged_ratio_of_a_training_step_is_one(model_dir):
     assert metrics["perf/seconds_weight_sync"] >= 0.0
 
 
+@pytest.mark.parametrize("steps", [1, 2], ids=["one-step", "two-steps"])
+def test_the_correction_comes_from_the_updates_own_forward(model_dir, steps):
+    """One optimizer step per rollout: one trainer forward per agent after the rollout (the update's), and
+    the logged ratio and masked share those of the separate pass over the same rollout (`engine_correction`,
+    today's numbers) to 1e-6. Two steps: the rows of the second get the no-grad pass first (one more forward)."""
+    learner = magrpo(model_dir, "vllm", temperature=0.7, top_k=50, top_p=0.9, max_new_tokens=12,
+                     train_batch_size=None if steps == 1 else 1)
+    forwards, reference, collect = [0, 0], {}, learner.collect
+    for a, agent in enumerate(learner.agents):
+        agent.register_forward_hook(lambda *args, a=a: forwards.__setitem__(a, forwards[a] + 1))
+
+    def collect_then_score_apart(*args, **kwargs):
+        rollout = collect(*args, **kwargs)
+        reference.update(engine_correction(learner.agents, rollout.samples, learner.scoring_supports(),
+                                           torch.ones(2, rollout.num_samples), None, cap=2.0)[2])
+        forwards[:] = [0, 0]
+        return rollout
+
+    learner.collect = collect_then_score_apart
+    metrics = learner.learn()
+    assert forwards == [steps + (steps - 1)] * 2
+    assert {k: metrics[k] for k in reference} == pytest.approx(reference, abs=1e-6)
+
+
 @pytest.mark.parametrize("learner_class", ["IAC", "MAAC"])
 def test_actor_critic_learners_train_on_vllm_rollouts(model_dir, learner_class):
     import learners

@@ -19,6 +19,8 @@ from typing import Any
 
 import torch
 
+from rewards.plain_data import short_repr
+
 __all__ = ["all_finite", "check_group", "check_like", "check_optimizer_state", "check_param_state",
            "check_scheduler_state"]
 
@@ -51,7 +53,7 @@ def check_optimizer_state(sd: Any, optimizer: torch.optim.Optimizer) -> None:
     if len(set(ids)) != len(ids):
         raise ValueError("lists a parameter in two places")
     known = set(ids)
-    stray = [_short(k) for k in sd["state"] if not _is_int(k) or k not in known]
+    stray = [short_repr(k) for k in sd["state"] if not _is_int(k) or k not in known]
     if stray:
         raise ValueError(f"holds state for parameters {stray[:3]} that no parameter group lists")
     adam = isinstance(optimizer, (torch.optim.Adam, torch.optim.AdamW))
@@ -66,7 +68,7 @@ def check_optimizer_state(sd: Any, optimizer: torch.optim.Optimizer) -> None:
             now = optimizer.state.get(param)
             keys = set(expected) if adam else set(now) if now else None
             if keys is not None and set(entry) != keys:
-                raise ValueError(f"the state of parameter {pid} has keys {sorted(map(_short, entry))}, expected "
+                raise ValueError(f"the state of parameter {pid} has keys {sorted(map(short_repr, entry))}, expected "
                                  f"{sorted(keys)}")
             for key, value in entry.items():
                 check_param_state(f"{key} of parameter {pid}", key, value, param, (now or {}).get(key))
@@ -77,7 +79,7 @@ def check_scheduler_state(sd: Any, scheduler: Any) -> None:
     if not isinstance(sd, dict):
         raise ValueError(f"is {type(sd).__name__}, not a dict")
     own = scheduler.state_dict()
-    unknown = sorted(_short(k) for k in sd if k not in own)
+    unknown = sorted(short_repr(k) for k in sd if k not in own)
     if unknown:
         raise ValueError(f"has keys this scheduler does not have: {unknown[:5]}")
     missing = [k for k in ("last_epoch", "base_lrs") if k in own and k not in sd]
@@ -105,9 +107,9 @@ def check_like(saved: Any, own: Any, where: str, strict: bool = False) -> None:
         raise ValueError(f"{where} is {_show(saved)}, expected {expected}")
     if kind == "number" and strict:
         if not _finite(saved):
-            raise ValueError(f"{where} is {_short(saved)}, not finite")
+            raise ValueError(f"{where} is {short_repr(saved)}, not finite")
         if isinstance(own, int) and not isinstance(saved, int):
-            raise ValueError(f"{where} is {_short(saved)}, expected an int")
+            raise ValueError(f"{where} is {short_repr(saved)}, expected an int")
     elif kind == "tensor" and strict and (saved.dtype != own.dtype or saved.shape != own.shape):
         raise ValueError(f"{where} is a {tuple(saved.shape)} {saved.dtype} tensor, expected {tuple(own.shape)} "
                          f"{own.dtype}")
@@ -119,10 +121,10 @@ def check_like(saved: Any, own: Any, where: str, strict: bool = False) -> None:
     elif kind == "dict":
         extra = [k for k in saved if k not in own]
         if strict and extra:
-            raise ValueError(f"{where} has keys {sorted(map(_short, extra))[:5]} it should not have")
+            raise ValueError(f"{where} has keys {sorted(map(short_repr, extra))[:5]} it should not have")
         for k in saved:
             if k in own:
-                check_like(saved[k], own[k], f"{where}[{_short(k)}]", strict)
+                check_like(saved[k], own[k], f"{where}[{short_repr(k)}]", strict)
 
 
 def all_finite(tensor: torch.Tensor) -> bool:
@@ -154,13 +156,13 @@ def check_group(index: int, group: dict, own: dict) -> None:
         if not all(v is None or isinstance(v, (bool, int, float, str)) for v in values):
             raise ValueError(f"{where} is {_show(value)}, not a plain value")
         if any(_number(v) and not _finite(v) for v in values):
-            raise ValueError(f"{where} is {_short(value)}, not finite")
+            raise ValueError(f"{where} is {short_repr(value)}, not finite")
         if key in own and own[key] is not None and value is not None:
             check_like(value, own[key], where)
         if key in GROUP_MINIMUM and _number(value) and value < GROUP_MINIMUM[key]:
-            raise ValueError(f"{where} is {_short(value)}, below {GROUP_MINIMUM[key]}")
+            raise ValueError(f"{where} is {short_repr(value)}, below {GROUP_MINIMUM[key]}")
         if key == "betas" and not (len(values) == 2 and all(_number(b) and 0 <= b < 1 for b in values)):
-            raise ValueError(f"{where} is {_short(value)}, expected two numbers in [0, 1)")
+            raise ValueError(f"{where} is {short_repr(value)}, expected two numbers in [0, 1)")
 
 
 def check_param_state(where: str, key: Any, value: Any, param: torch.Tensor, now: Any) -> None:
@@ -217,16 +219,9 @@ def _show(value: Any) -> str:
     """`value` for a message: its kind, and its repr cut short."""
     if isinstance(value, torch.Tensor):
         return f"a {tuple(value.shape)} {value.dtype} tensor"
-    return f"{_kind(value)} {_short(value)}"
+    return f"{_kind(value)} {short_repr(value)}"
 
 
-def _short(value: Any) -> str:
-    """repr(value) cut to 60 characters; never raises (deep nesting, 5000-digit ints)."""
-    try:
-        text = repr(value)
-    except Exception:  # RecursionError, or ValueError for an int over the digit limit
-        return f"<{type(value).__name__}>"
-    return text if len(text) <= 60 else text[:57] + "..."
 
 
 def _number(value: Any) -> bool:

@@ -14,8 +14,10 @@ import torch
 
 from comlrl_env.info_flow import used_partner_info_rate
 from learners.rollout import Rollout
+from learners.rollout.scoring import RolloutCorrection
 
-__all__ = ["MeanMetrics", "completion_rows", "prompt_cut_rate", "rollout_metrics", "zero_std_fraction"]
+__all__ = ["MeanMetrics", "completion_rows", "prompt_cut_rate", "rollout_metrics", "update_metrics",
+           "zero_std_fraction"]
 
 
 class MeanMetrics:
@@ -69,12 +71,22 @@ def rollout_metrics(rollout: Rollout, advantages: torch.Tensor, kl: torch.Tensor
     m["perf/seconds_generate"] = rollout.timings["generate"]
     m["perf/seconds_env"] = rollout.timings["env"]
     m["perf/tokens_per_second"] = tokens / max(rollout.timings["generate"], 1e-9)
-    if "weight_sync" in rollout.timings:  # a generation engine's copy of the trained weights (part of generate)
+    if "weight_sync" in rollout.timings:  # a generation engine's copy of the trained weights, before generating
         m["perf/seconds_weight_sync"] = rollout.timings["weight_sync"]
     flow = used_partner_info_rate(rollout.episodes or [])
     if flow is not None:  # share of the rollout's agent-answers that used the partner's private part
         m["train/used_partner_info_rate"] = flow[0]
     return m
+
+
+def update_metrics(seconds: float, correction: RolloutCorrection | None) -> dict[str, float]:
+    """What the update after a rollout (`seconds` from the rollout's end to the last optimizer step) logs:
+    `perf/seconds_update`, less the engine correction's no-grad pass, which is `perf/seconds_correction`, and
+    the correction's ratio metrics (`RolloutCorrection.metrics`). Without a correction: the seconds alone."""
+    if correction is None:
+        return {"perf/seconds_update": seconds}
+    return {"perf/seconds_update": seconds - correction.seconds, "perf/seconds_correction": correction.seconds,
+            **correction.metrics()}
 
 
 def prompt_cut_rate(rollout: Rollout) -> float | None:

@@ -23,7 +23,7 @@ import torch
 
 from learners.loop.losses import POLICY_STATS, policy_terms
 from learners.parallel.fsdp import PassSync, fsdp_root, pass_sync
-from learners.rollout.scoring import completion_logprobs
+from learners.rollout.scoring import RolloutCorrection, completion_logprobs
 
 __all__ = ["PolicyBatch", "accumulate_gradients", "adamw", "clip_grad", "gradient_step", "lr_schedule", "policy_step"]
 
@@ -139,13 +139,27 @@ def clip_grad(model: torch.nn.Module, max_norm: float | None) -> float:
 class PolicyBatch:
     """One seat's share of a policy step: the rows `idx` of its `samples` (a `SampleBatch`) with their
     `advantages` `(S,)`, the sampling policy's `old_logprobs` `(S, T)` (None: ratio 1, the first step on
-    a rollout) and the `temperature` its tokens are scored at (the seat's `logprob_temperature_of`)."""
+    a rollout) and the `temperature` its tokens are scored at (the seat's `logprob_temperature_of`).
+
+    An engine-sampled rollout also carries its `correction` (`learners.rollout.scoring.RolloutCorrection`)
+    and the seat's `agent` index in it: the advantages are weighed by w_s and pi_old is the correction's
+    (`old_logprobs` is then unused), the rows not scored yet being scored by this step's forward."""
 
     samples: Any
     idx: torch.Tensor
     advantages: torch.Tensor
     old_logprobs: torch.Tensor | None
     temperature: float
+    correction: RolloutCorrection | None = None
+    agent: int = 0
+
+    def terms(self, micro: torch.Tensor, logprobs: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor | None]:
+        """The advantages `(len(micro),)` and pi_old (None: ratio 1) of the rows `micro`, whose log-probs under
+        the model being trained are `logprobs`."""
+        advantages = self.advantages[micro]
+        if self.correction is not None:
+            return self.correction.apply(self.agent, micro, logprobs, advantages)
+        return advantages, None if self.old_logprobs is None else self.old_logprobs[micro]
 
 
 def policy_step(model: torch.nn.Module, optimizer: torch.optim.Optimizer, parts: Sequence[PolicyBatch], cfg: Any,
@@ -171,8 +185,8 @@ def policy_step(model: torch.nn.Module, optimizer: torch.optim.Optimizer, parts:
         def loss_fn(micro: torch.Tensor, part: PolicyBatch = part, share: float = share) -> tuple[torch.Tensor, ...]:
             batch = part.samples.select(micro)
             logprobs = completion_logprobs(model, batch, part.temperature)
-            old = None if part.old_logprobs is None else part.old_logprobs[micro]
-            return tuple(share * t for t in policy_terms(logprobs, old, part.advantages[micro], batch.completion_mask,
+            advantages, old = part.terms(micro, logprobs)
+            return tuple(share * t for t in policy_terms(logprobs, old, advantages, batch.completion_mask,
                                                          cfg.clip_range, cfg.length_normalization))
 
         got = accumulate_gradients(part.idx, loss_fn, cfg.gradient_accumulation_steps, sync)  # forward + backward

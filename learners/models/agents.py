@@ -25,6 +25,7 @@ import torch
 from transformers import AutoModelForCausalLM, AutoTokenizer, PreTrainedModel, PreTrainedTokenizerBase
 
 from learners.parallel.fsdp import Sharding
+from rewards.plain_data import short_repr
 
 __all__ = ["agent_count", "agents_by_model", "check_model_path", "check_model_source", "check_tokenizer_argument",
            "convert_gguf", "enable_gradient_checkpointing", "hub_progress_hidden", "load_agents", "load_causal_lm",
@@ -126,7 +127,7 @@ def check_model_source(source: Any, label: str, fixed_policies: bool = False) ->
                + (" or a fixed policy (Frozen(...), a FixedPolicy such as OpenSpielBot, or a callable)"
                   if fixed_policies else ""))
     if isinstance(source, bytes) or not isinstance(source, (str, os.PathLike)):
-        raise TypeError(f"{label} is {_shown(source)} ({type(source).__name__}); it must be {allowed}.")
+        raise TypeError(f"{label} is {short_repr(source)} ({type(source).__name__}); it must be {allowed}.")
     _check_named_path(source, label, "model", allowed)
 
 
@@ -145,7 +146,7 @@ def check_tokenizer_argument(tokenizer: Any) -> None:
             continue
         if hasattr(tok, "pad_token_id") and callable(getattr(tok, "decode", None)):
             continue  # a tokenizer-like object (duck-typed)
-        raise TypeError(f"{label} is {_shown(tok)} ({type(tok).__name__}); it must be {allowed}"
+        raise TypeError(f"{label} is {short_repr(tok)} ({type(tok).__name__}); it must be {allowed}"
                         + ("" if label != "tokenizer" else ", or a list with one per model") + ".")
 
 
@@ -157,15 +158,6 @@ def _check_named_path(path: str | os.PathLike, label: str, what: str, allowed: s
         check_model_path(path)
     except ValueError as exc:
         raise ValueError(f"{label}: {exc}") from None
-
-
-def _shown(value: Any) -> str:
-    """`repr(value)`, cut to 60 characters, never raising."""
-    try:
-        text = repr(value)
-    except Exception:
-        return f"<{type(value).__name__}>"
-    return text if len(text) <= 60 else text[:57] + "..."
 
 
 def check_model_path(source: Any) -> None:

@@ -8,15 +8,22 @@ top-k and top-p truncation keep at step t (plus y_t itself). The HF sampler keep
 trainer scores a vLLM rollout on `Support(T, top_k, top_p)`: the two sides then agree and a ratio of 1 means
 the same policy. The learners recompute it with gradients over a `SampleBatch` (`completion_logprobs`).
 
-`engine_correction` weighs each sample by its sequence-level trainer/engine ratio when an engine (vLLM)
+`RolloutCorrection` weighs each sample by its sequence-level trainer/engine ratio when an engine (vLLM)
 sampled the rollout:
 
-    r_s = exp( 1/|y_s| sum_t (log pi_trainer(y_st) - log pi_engine(y_st)) ),   w_s = r_s if r_s <= cap else 0.
+    r_s = exp( 1/|y_s| sum_t (log pi_trainer(y_st) - log pi_engine(y_st)) ),   w_s = r_s if r_s <= cap else 0,
+
+with pi_trainer at the sampling weights. Those log-probs cost a forward of the trainer over every sample,
+unless the update's own forward gives them: its first minibatch runs at the sampling weights, so its rows are
+scored there, detached (`RolloutCorrection.apply`), and only the rows trained after a step get a no-grad pass
+first (`RolloutCorrection.prescore`). With one optimizer step per rollout (the default) there is no extra
+pass. `engine_correction` scores every row up front (the same numbers, one pass more).
 """
 
 from __future__ import annotations
 
 import dataclasses
+import time
 from contextlib import nullcontext
 from typing import TYPE_CHECKING, Any, Callable, ContextManager, Sequence
 
@@ -27,8 +34,8 @@ from learners.rollout.samples import SampleBatch
 if TYPE_CHECKING:
     from transformers import PreTrainedModel
 
-__all__ = ["Support", "completion_logprobs", "engine_correction", "kept_tokens", "outside_nucleus",
-           "sampled_logprobs", "sequence_ratio", "token_logprobs"]
+__all__ = ["RolloutCorrection", "Support", "completion_logprobs", "engine_correction", "kept_tokens",
+           "outside_nucleus", "sampled_logprobs", "sequence_ratio", "token_logprobs"]
 
 
 @dataclasses.dataclass(frozen=True)
@@ -132,34 +139,104 @@ def sequence_ratio(trainer: torch.Tensor, engine: torch.Tensor, mask: torch.Tens
     return (diff / mask.sum(-1).clamp(min=1)).exp()
 
 
+Whole = Callable[[Any], ContextManager[Any]]
+"""How a model is scored whole: `whole(model)` is entered around its forward (FSDP: gathered; else nothing)."""
+
+
+class RolloutCorrection:
+    """The sequence-level correction of one engine-sampled rollout (see the module docstring), filled in row
+    by row as the trainer scores the samples at the sampling weights.
+
+    For agent a it holds `old[a]` `(S, T)`, the trainer's log-probs at the sampling weights (pi_old of the
+    PPO ratio from then on), and `ratio[a]` `(S,)`, r_s (NaN until row s is scored; 1 for a row without
+    sampled tokens). A row is scored once:
+    by `prescore` (a no-grad pass, before the update) or by `apply` (the update's own forward, detached), which
+    is only right while the weights are the sampling ones: the learner prescores every row with tokens that
+    its first minibatch does not train. `seconds` is the time spent in `prescore`.
+    """
+
+    def __init__(self, samples: Sequence[SampleBatch], cap: float) -> None:
+        for a, batch in enumerate(samples):
+            if batch.logprobs is None:
+                raise ValueError(f"agent {a}'s samples carry no engine log-probs to correct against.")
+        self.samples, self.cap, self.seconds = list(samples), cap, 0.0
+        self.old = [torch.zeros(b.completion_ids.shape) for b in self.samples]
+        # A row without sampled tokens has r_s = 1 (`sequence_ratio`): nothing to score.
+        self.ratio = [torch.where(b.completion_mask.sum(-1) > 0, float("nan"), 1.0) for b in self.samples]
+
+    def prescore(self, models: Sequence["PreTrainedModel"], supports: Sequence[Support],
+                 skip: Sequence[torch.Tensor] | None = None, whole: Whole = lambda model: nullcontext()) -> None:
+        """Score, with one no-grad pass per agent, every unscored row with sampled tokens except `skip[a]` (the rows the
+        update's first minibatch trains, scored by its forward; None: score all). Each model scores inside
+        `whole(model)`."""
+        start = time.perf_counter()
+        for a, (model, batch, support) in enumerate(zip(models, self.samples, supports, strict=True)):
+            todo = self.ratio[a].isnan()
+            if skip is not None:
+                todo[skip[a]] = False
+            rows = todo.nonzero().squeeze(1)
+            if len(rows):
+                with whole(model):
+                    self.record(a, rows, sampled_logprobs(model, batch.select(rows), temperature=support))
+        self.seconds += time.perf_counter() - start
+
+    def record(self, agent: int, rows: torch.Tensor, trainer: torch.Tensor) -> None:
+        """Agent `agent`'s trainer log-probs `trainer` `(len(rows), <= T)` of its sample rows `rows`, at the
+        sampling weights: they become pi_old of those rows, and give their r_s."""
+        trainer = trainer.detach().float().cpu()
+        width = trainer.shape[1]
+        batch = self.samples[agent]
+        self.old[agent][rows, :width] = trainer
+        self.ratio[agent][rows] = sequence_ratio(trainer, batch.logprobs[rows, :width],
+                                                 batch.completion_mask[rows, :width])
+
+    def apply(self, agent: int, rows: torch.Tensor, logprobs: torch.Tensor, advantages: torch.Tensor
+              ) -> tuple[torch.Tensor, torch.Tensor]:
+        """The advantages `(len(rows),)` of agent `agent`'s sample rows `rows` times their w_s, and their
+        pi_old `(len(rows), T)`, for a forward whose log-probs are `logprobs` `(len(rows), T)`. Rows not scored
+        yet are scored from `logprobs` (detached): this forward must run at the sampling weights."""
+        if bool(self.ratio[agent][rows].isnan().any()):
+            self.record(agent, rows, logprobs)
+        width = logprobs.shape[1]
+        return (advantages * self.weights(agent, rows).to(advantages.device),
+                self.old[agent][rows, :width].to(logprobs.device))
+
+    def weights(self, agent: int, rows: torch.Tensor) -> torch.Tensor:
+        """w_s of agent `agent`'s (scored) sample rows `rows`: r_s, or 0 where r_s > cap."""
+        ratio = self.ratio[agent][rows]
+        return torch.where(ratio > self.cap, 0.0, ratio)
+
+    def metrics(self) -> dict[str, float]:
+        """Per agent, over its rows with sampled tokens (all rows when it never moved): `rollout_ratio_mean`
+        and `rollout_ratio_masked` (the share above cap). Every such row must have been scored."""
+        metrics = {}
+        for a, (batch, ratio) in enumerate(zip(self.samples, self.ratio)):
+            sampled = batch.completion_mask.sum(-1) > 0
+            if not sampled.any():  # an agent that never moved in this rollout: its rows' r_s is 1
+                sampled = torch.ones_like(sampled)
+            if bool(ratio[sampled].isnan().any()):
+                raise RuntimeError(f"agent {a}'s rollout correction left sampled rows unscored: "
+                                   f"{sampled.logical_and(ratio.isnan()).nonzero().squeeze(1).tolist()}")
+            metrics[f"train/agent_{a}/rollout_ratio_mean"] = float(ratio[sampled].mean())
+            metrics[f"train/agent_{a}/rollout_ratio_masked"] = float((ratio[sampled] > self.cap).float().mean())
+        return metrics
+
+
 def engine_correction(models: Sequence["PreTrainedModel"], samples: Sequence[SampleBatch],
                       supports: Sequence[Support], advantages: torch.Tensor, old: list[torch.Tensor] | None,
-                      cap: float | None, whole: Callable[[Any], ContextManager[Any]] = lambda model: nullcontext()
+                      cap: float | None, whole: Whole = lambda model: nullcontext()
                       ) -> tuple[torch.Tensor, list[torch.Tensor] | None, dict[str, float]]:
-    """The sequence-level correction of a rollout an engine sampled: each agent's trainer log-probs at the
-    sampling weights (no gradient, on its `supports[a]`), the `sequence_ratio` r_s against the engine's kept
-    log-probs, and advantages `(A, S)` times w_s = r_s, or 0 where r_s > `cap` (the sample is masked).
+    """The `RolloutCorrection` of a rollout scored whole up front: advantages `(A, S)` times w_s, the
+    trainer log-probs at the sampling weights (pi_old from here on) and the correction's metrics.
 
-    Returns the corrected advantages, the trainer log-probs (the PPO ratio's pi_old from here on) and, per
-    agent, `rollout_ratio_mean` (over samples with tokens) and `rollout_ratio_masked` (their share above cap).
     With `cap` None (no correction) returns `advantages` and `old` as they are, and no metrics. Each model
-    scores inside `whole(model)` (FSDP: gathered, one model at a time).
+    scores inside `whole(model)` (FSDP: gathered, one model at a time). The learners score the first
+    minibatch's rows in the update's forward instead (`RolloutCorrection.apply`).
     """
     if cap is None:
         return advantages, old, {}
-    weights, olds, metrics = torch.ones_like(advantages, dtype=torch.float32), [], {}
-    for a, (model, batch, support) in enumerate(zip(models, samples, supports, strict=True)):
-        if batch.logprobs is None:
-            raise ValueError(f"agent {a}'s samples carry no engine log-probs to correct against.")
-        with whole(model):
-            trainer = sampled_logprobs(model, batch, temperature=support)
-        olds.append(trainer)
-        ratio = sequence_ratio(trainer, batch.logprobs[:, : trainer.shape[1]], batch.completion_mask)
-        masked = ratio > cap
-        weights[a] = torch.where(masked, 0.0, ratio)
-        sampled = batch.completion_mask.sum(-1) > 0
-        if not sampled.any():  # an agent that never moved in this rollout
-            sampled = torch.ones_like(sampled)
-        metrics[f"train/agent_{a}/rollout_ratio_mean"] = float(ratio[sampled].mean())
-        metrics[f"train/agent_{a}/rollout_ratio_masked"] = float(masked[sampled].float().mean())
-    return advantages * weights, olds, metrics
+    correction = RolloutCorrection(samples, cap)
+    correction.prescore(models, supports, whole=whole)
+    rows = torch.arange(advantages.shape[1])
+    weights = torch.stack([correction.weights(a, rows) for a in range(len(correction.samples))])
+    return advantages * weights, correction.old, correction.metrics()

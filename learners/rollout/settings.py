@@ -22,6 +22,8 @@ import numbers
 import operator
 from typing import Any, Callable, ClassVar, Iterable
 
+from rewards.plain_data import short_repr
+
 __all__ = ["GENERATE_NUMBERS", "GenerationSettings", "Number", "PER_AGENT_FIELDS", "SAMPLING_NUMBERS",
            "SETTINGS_PER_AGENT", "agent_value", "check_agent_count", "check_generation_kwargs", "check_numbers",
            "check_sampling", "number_rules", "per_agent_values"]
@@ -113,22 +115,22 @@ class Number:
         named = f"The default is {default!r}." if default is not None or self.optional else ""
         fix = self.fix or named
         if isinstance(value, bool) or not isinstance(value, numbers.Real):
-            raise TypeError(f"{name} must be {kind}{' or None' if self.optional else ''}, got {_shown(value)} "
+            raise TypeError(f"{name} must be {kind}{' or None' if self.optional else ''}, got {short_repr(value)} "
                             f"({type(value).__name__}){given}. {fix}".rstrip())
         if self.integer:
             try:
                 value = operator.index(value)
             except TypeError:
                 whole = f"Use a whole number, e.g. {round(value)}." if math.isfinite(value) else fix
-                raise TypeError(f"{name} must be an int, got {_shown(value)} ({type(value).__name__}){given}. "
+                raise TypeError(f"{name} must be an int, got {short_repr(value)} ({type(value).__name__}){given}. "
                                 f"{whole}".rstrip()) from None
         elif not isinstance(value, (int, float)):
             value = float(value)  # numpy floats and other Reals: a plain float, as JSON writes it
         if not self.integer and not math.isfinite(_as_float(value)):
             finite = " ".join(filter(None, ("a finite number", self.bounds(), "or None" if self.optional else "")))
-            raise ValueError(f"{name} must be {finite}, got {_shown(value)}{given}. {named}".rstrip())
+            raise ValueError(f"{name} must be {finite}, got {short_repr(value)}{given}. {named}".rstrip())
         if not self._in_range(value):
-            raise ValueError(f"{name} must be {self.requirement()}{self.why}, got {_shown(value)}{given}. "
+            raise ValueError(f"{name} must be {self.requirement()}{self.why}, got {short_repr(value)}{given}. "
                              f"{fix}".rstrip())
         return value
 
@@ -174,7 +176,7 @@ def check_generation_kwargs(settings: Any) -> None:
     `GenerationConfig(...).validate()`. Raises TypeError or ValueError naming the key, the value and the fix."""
     kwargs = settings.generation_kwargs
     if not isinstance(kwargs, dict) or not all(isinstance(k, str) for k in kwargs):
-        raise TypeError(f"generation_kwargs must be a dict of generate() arguments by name, got {_shown(kwargs)}.")
+        raise TypeError(f"generation_kwargs must be a dict of generate() arguments by name, got {short_repr(kwargs)}.")
     if not kwargs:
         return
     import difflib
@@ -196,7 +198,7 @@ def check_generation_kwargs(settings: Any) -> None:
         if name in GENERATE_NUMBERS:
             dataclasses.replace(GENERATE_NUMBERS[name], fix="Fix the value or remove the key.").check(label, value)
         elif name in _GENERATE_FLAGS and not isinstance(value, bool):
-            raise TypeError(f"{label} must be True or False, got {_shown(value)} ({type(value).__name__}).")
+            raise TypeError(f"{label} must be True or False, got {short_repr(value)} ({type(value).__name__}).")
     count = max([len(v) for n in PER_AGENT_FIELDS if (v := per_agent_values(n, getattr(settings, n))) is not None],
                 default=1)
     samples = getattr(settings, "num_generations", None)
@@ -210,7 +212,7 @@ def check_generation_kwargs(settings: Any) -> None:
             GenerationConfig(**call).validate()
         except ValueError as exc:
             where = f" for agent {agent}" if count > 1 else ""
-            raise ValueError(f"generation_kwargs={_shown(kwargs)} do not make a valid generate() call{where}: "
+            raise ValueError(f"generation_kwargs={short_repr(kwargs)} do not make a valid generate() call{where}: "
                              f"{str(exc).strip()[:300]} Fix the value or remove the key.") from None
 
 
@@ -234,7 +236,7 @@ def check_numbers(settings: Any) -> None:
         if values is None:
             setattr(settings, name, rule.check(name, value, default))
         else:
-            given = f" ({name}={_shown(value)})"
+            given = f" ({name}={short_repr(value)})"
             setattr(settings, name, [rule.check(f"{name}[{i}]", v, default, given) for i, v in enumerate(values)])
 
 
@@ -245,13 +247,6 @@ def _as_float(value: float) -> float:
         return math.inf
 
 
-def _shown(value: Any) -> str:
-    """repr(value), at most 80 characters; never raises (an int over the 4300-digit limit)."""
-    try:
-        text = repr(value)
-    except ValueError:
-        return f"<an int of about {int(value.bit_length() * 0.30103)} digits>"
-    return text if len(text) <= 80 else text[:77] + "..."
 
 
 def _plain(bound: float) -> str:

@@ -6,10 +6,10 @@ the one a config names.
 A backend imports `learners.rollout.samples`, `settings` and `scoring`, never the engine.
 """
 
-from learners.rollout.backends.choice import backend_for, corrected_advantages, generation_weights
+from learners.rollout.backends.choice import backend_for, generation_weights, rollout_correction
 from learners.rollout.backends.hf import HFBackend
 from learners.rollout.backends.protocol import GenerationBackend
 from learners.rollout.backends.vllm import VLLMBackend
 
-__all__ = ["GenerationBackend", "HFBackend", "VLLMBackend", "backend_for", "corrected_advantages",
-           "generation_weights"]
+__all__ = ["GenerationBackend", "HFBackend", "VLLMBackend", "backend_for", "generation_weights",
+           "rollout_correction"]

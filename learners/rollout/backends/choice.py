@@ -4,7 +4,7 @@ and how a learner samples and scores through it under FSDP.
 The learner calls `backend_for` once; the backend owns its engines from then on (the vLLM ones go back to
 their pool when it is closed or collected, and down before torchrun's process group: `vllm_engines`). Each
 rollout and evaluation samples inside `generation_weights`; an engine's samples are corrected towards the
-trainer by `corrected_advantages`.
+trainer by their `rollout_correction`.
 """
 
 from __future__ import annotations
@@ -20,10 +20,9 @@ from learners.parallel.fsdp import Sharding
 from learners.rollout.backends.hf import HFBackend
 from learners.rollout.backends.protocol import GenerationBackend
 from learners.rollout.backends.vllm import VLLMBackend
-from learners.rollout.samples import SampleBatch
-from learners.rollout.scoring import engine_correction
+from learners.rollout.scoring import RolloutCorrection
 
-__all__ = ["backend_for", "corrected_advantages", "generation_weights"]
+__all__ = ["backend_for", "generation_weights", "rollout_correction"]
 
 
 def backend_for(cfg: Any, agents: Sequence[PreTrainedModel], tokenizers: Sequence[PreTrainedTokenizerBase],
@@ -48,13 +47,18 @@ def generation_weights(backend: GenerationBackend, sharding: Sharding, agents: S
         yield
 
 
-def corrected_advantages(learner: Any, samples: Sequence[SampleBatch], advantages: torch.Tensor,
-                         old: list[torch.Tensor] | None
-                         ) -> tuple[torch.Tensor, list[torch.Tensor] | None, dict[str, float]]:
-    """`learners.rollout.scoring.engine_correction` of a learner's rollout `samples` (its `engine.backend`'s, on
-    the supports they were sampled from) under its config's cap. FSDP scores each agent on its whole weights
-    (`learner.sharding`, one agent at a time), as ranks score different numbers of rows."""
+def rollout_correction(learner: Any, rollout: Any, first: torch.Tensor) -> RolloutCorrection | None:
+    """The `learners.rollout.scoring.RolloutCorrection` of a learner's `rollout` under its config's cap
+    (None with no correction: the "hf" backend), on the supports its `engine.backend` sampled them from. The
+    rows each agent trains in the update's first minibatch `first` (sample rows) are left to that update's
+    forward; every other sampled row is scored now, in one no-grad pass per agent. FSDP scores each agent on
+    its whole weights (`learner.sharding`, one agent at a time), as ranks score different numbers of rows."""
+    cap = learner.args.correction_cap
+    if cap is None:
+        return None
     backend, agents = learner.engine.backend, learner.agents
-    supports = [backend.support(a) for a in range(len(agents))]
-    return engine_correction(agents, samples, supports, advantages, old, learner.args.correction_cap,
-                             whole=lambda model: learner.sharding.gathered([model]))
+    correction = RolloutCorrection(rollout.samples, cap)
+    correction.prescore(agents, [backend.support(a) for a in range(len(agents))],
+                        [rollout.acting(a, first) for a in range(len(agents))],
+                        whole=lambda model: learner.sharding.gathered([model]))
+    return correction

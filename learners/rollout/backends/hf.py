@@ -23,6 +23,7 @@ from __future__ import annotations
 from typing import Any, Sequence
 
 import torch
+from torch.nn.utils.rnn import pad_sequence
 from transformers import PreTrainedModel, PreTrainedTokenizerBase, StoppingCriteriaList
 
 from learners.rollout.backends.sampling import (
@@ -246,14 +247,12 @@ def encode_prompts(tokenizer: PreTrainedTokenizerBase, settings: GenerationSetti
     limit = prompt_limit(settings, context)
     front = _leading_special_tokens(tokenizer) if added else 0  # a BOS the tokenizer adds stays, as in truncation
     cut = [0 if limit is None else min(max(len(row) - limit, 0), len(row) - front) for row in rows]
-    rows = [row[:front] + row[front + n:] for row, n in zip(rows, cut)]
-    width = max((len(row) for row in rows), default=0)
-    ids = torch.full((len(rows), width), tokenizer.pad_token_id, dtype=torch.long)
-    mask = torch.zeros(len(rows), width, dtype=torch.long)
-    for i, row in enumerate(rows):
-        if row:
-            ids[i, width - len(row):] = torch.tensor(row, dtype=torch.long)
-            mask[i, width - len(row):] = 1
+    rows = [torch.tensor(row[:front] + row[front + n:], dtype=torch.long) for row, n in zip(rows, cut)]
+    if not rows:
+        empty = torch.zeros(0, 0, dtype=torch.long)
+        return empty, empty.clone(), torch.zeros(0, dtype=torch.long)
+    ids = pad_sequence(rows, batch_first=True, padding_value=tokenizer.pad_token_id, padding_side="left")
+    mask = pad_sequence([torch.ones_like(row) for row in rows], batch_first=True, padding_side="left")
     return ids, mask, torch.tensor(cut, dtype=torch.long)
 
 
