@@ -17,52 +17,35 @@ sys.path.insert(0, str(ROOT / "benchmarks"))
 import results  # noqa: E402
 
 
-def run(tiny_dir: str, out: Path, *extra: str) -> subprocess.CompletedProcess:
+def run(tiny_dir: str, out: Path) -> subprocess.CompletedProcess:
     env = {**os.environ, "PYTHONPATH": str(ROOT)}
-    return subprocess.run([sys.executable, str(SCRIPT), "--smoke", "--model", tiny_dir, "--out", str(out), *extra],
+    return subprocess.run([sys.executable, str(SCRIPT), "--smoke", "--model", tiny_dir, "--out", str(out)],
                           capture_output=True, text=True, cwd=ROOT, env=env, timeout=900)
 
 
-FEW = ("arithmetic/magrpo-lora", "arithmetic/iac-full", "format/magrpo-lora-alone", "hanabi/magrpo-full-alone")
-"""The default suite's trainings: LoRA and full weights, MAGRPO and IAC, a team, the one-agent variant of a
-task (its own base-alone row) and one model in both seats of a game (compared with the base pair), on all
-three tasks (so every scripted row); all eight trainings are the `slow` test."""
-
-
-def check_smoke_run(tiny_dir: str, tmp_path: Path, trainings: list[results.Training]) -> None:
-    only = [] if len(trainings) == len(results.TRAININGS) else ["--only", *(t.key for t in trainings)]
-    proc = run(tiny_dir, tmp_path / "r", *only)
+def test_smoke_run_writes_every_row_and_resumes(tiny_dir, tmp_path):
+    proc = run(tiny_dir, tmp_path / "r")
     assert proc.returncode == 0, proc.stdout[-2000:] + proc.stderr[-4000:]
     out = tmp_path / "r-smoke"
     rows = json.loads((out / "results.json").read_text())["rows"]
     trained = {(r["task"], r["row"]) for r in rows if "completions" in r}
-    assert trained == {(t.task, t.name) for t in trainings}
-    assert {("hanabi", "scripted: random-bot"), ("format", "base alone"), ("arithmetic", "base pair")} <= {
+    assert trained == {(t.task, t.name) for t in results.TRAININGS}
+    assert {("hanabi", "scripted: random-bot"), ("arithmetic", "base alone"), ("format", "base pair")} <= {
         (r["task"], r["row"]) for r in rows}
     for r in rows:
         assert r["sampled"]["episodes"] == 8 and r["greedy"]["episodes"] == 8
-    for t in trainings:
+    for t in results.TRAININGS:
         assert (out / "runs" / t.key / "final" / "done.json").is_file()
         assert not (out / "runs" / t.key / "checkpoints").exists()
     assert (out / "curves.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
     assert "| arithmetic | magrpo-lora |" in (out / "results.md").read_text()
     stages = sorted([*(out / "evals").glob("*.json"), *(out / "runs").glob("*/*/final/done.json")])
-    assert len(stages) == len(trainings) + len(list((out / "evals").glob("*.json")))
+    assert len(stages) == len(results.TRAININGS) + len(list((out / "evals").glob("*.json")))
     written = [p.stat().st_mtime_ns for p in stages]
-    again = run(tiny_dir, tmp_path / "r", *only)
+    again = run(tiny_dir, tmp_path / "r")
     assert again.returncode == 0, again.stderr[-4000:]
     assert [p.stat().st_mtime_ns for p in stages] == written  # every stage reused, nothing redone
     assert json.loads((out / "results.json").read_text())["rows"] == rows
-
-
-def test_smoke_run_writes_every_row_and_resumes(tiny_dir, tmp_path):
-    """`FEW` trainings (`--only`), every task's rows."""
-    check_smoke_run(tiny_dir, tmp_path, [t for t in results.TRAININGS if t.key in FEW])
-
-
-@pytest.mark.slow
-def test_smoke_run_of_every_training_writes_every_row_and_resumes(tiny_dir, tmp_path):
-    check_smoke_run(tiny_dir, tmp_path, results.TRAININGS)
 
 
 def test_held_out_instances_never_meet_the_training_ones():
