@@ -30,17 +30,25 @@ def run(tiny_dir: str, out: Path, *extra: str) -> subprocess.CompletedProcess:
                           capture_output=True, text=True, cwd=ROOT, env=env, timeout=900)
 
 
+def run_here(capsys: pytest.CaptureFixture, tiny_dir: str, out: Path, *extra: str) -> str:
+    """The same command in this process (one process start less; `--jobs 1`: the stages run right here);
+    its printout."""
+    capsys.readouterr()
+    assert results_coop.main(["--smoke", "--model-dir", tiny_dir, "--out", str(out), "--device", "cpu", *extra]) == 0
+    return capsys.readouterr().out
+
+
 FEW = ("team-base", "team-maac-lora", "alone-full-base", "alone-own-base", "alone-own-magrpo-lora")
 """The default suite's stages (one task, both seeds): every view, a team trained with a critic (MAAC: the
 critic's branch) and a lone agent trained with MAGRPO, and three comparisons between rows of two seeds each.
 The whole grid (both tasks, all eight conditions, IAC and the team's MAGRPO too) is the `slow` test below."""
 
 
-def check_pipeline(tiny_dir: str, tmp_path: Path, only: list[str], rows_expected: list[tuple[str, str]],
-                   seeds_of: dict[str, list[int]], lost_key: str) -> None:
-    """Run `only` at --seeds 0 1 after a first run of two base stages of secretpair/seed0 in a `--jobs 2`
-    subprocess; check the unit files, rows, comparisons and report; delete `lost_key`'s unit and check that
-    only it runs again; rebuild the docs from the unit files alone."""
+def check_pipeline(capsys: pytest.CaptureFixture, tiny_dir: str, tmp_path: Path, only: list[str],
+                   rows_expected: list[tuple[str, str]], seeds_of: dict[str, list[int]], lost_key: str) -> None:
+    """Run two base stages of secretpair/seed0 as one work unit of a `--jobs 2` subprocess, then `only` at
+    --seeds 0 1 in this process; check the unit files, rows, comparisons and report; delete `lost_key`'s unit
+    and check that only it runs again; rebuild the docs from the unit files alone."""
     out = tmp_path / "r-smoke"
     units = out / "units"  # --smoke keeps the units out of the repo
     part = run(tiny_dir, tmp_path / "r", "--seeds", "0", "--jobs", "2", "--only", "secretpair/seed0/team-base",
@@ -51,9 +59,8 @@ def check_pipeline(tiny_dir: str, tmp_path: Path, only: list[str], rows_expected
     assert sorted(p.relative_to(units).as_posix() for p in units.rglob("*.json")) == [
         "secretpair/seed0/alone-own-base.json", "secretpair/seed0/team-base.json"]
     n = sum(len(seeds_of[t]) for t, _ in rows_expected)  # stages
-    proc = run(tiny_dir, tmp_path / "r", "--seeds", "0", "1", "--only", *only)
-    assert proc.returncode == 0, proc.stdout[-2000:] + proc.stderr[-4000:]
-    assert f"2 of {n} stages done before" in proc.stdout  # the first run's two
+    printed = run_here(capsys, tiny_dir, tmp_path / "r", "--seeds", "0", "1", "--only", *only)
+    assert f"2 of {n} stages done before" in printed  # the first run's two
     data = json.loads((out / "results.json").read_text())
     rows = data["rows"]
     assert [(r["task"], r["name"]) for r in rows] == rows_expected
@@ -88,9 +95,8 @@ def check_pipeline(tiny_dir: str, tmp_path: Path, only: list[str], rows_expected
     lost = units / (lost_key + ".json")
     lost.unlink()
     written = {p: p.stat().st_mtime_ns for p in unit_files if p != lost}
-    again = run(tiny_dir, tmp_path / "r", "--seeds", "0", "1", "--only", *only)
-    assert again.returncode == 0, again.stderr[-4000:]
-    assert f"{n - 1} of {n} stages done before; running 1" in again.stdout and lost.is_file()
+    again = run_here(capsys, tiny_dir, tmp_path / "r", "--seeds", "0", "1", "--only", *only)
+    assert f"{n - 1} of {n} stages done before; running 1" in again and lost.is_file()
     assert {p: p.stat().st_mtime_ns for p in written} == written  # every other unit reused, nothing redone
     # the docs come from the unit files alone: without the weights, runs and report, on a page of their own
     for gone in ("runs", "logs", "results.json", "results.md", "curves.png"):
@@ -107,17 +113,19 @@ def check_pipeline(tiny_dir: str, tmp_path: Path, only: list[str], rows_expected
     assert json.loads((tmp_path / "rebuilt" / "results.json").read_text())["rows"] == rows
 
 
-def test_smoke_run_writes_one_file_per_unit_resumes_and_rebuilds_the_docs_from_the_units(tiny_dir, tmp_path):
+def test_smoke_run_writes_one_file_per_unit_resumes_and_rebuilds_the_docs_from_the_units(capsys, tiny_dir,
+                                                                                         tmp_path):
     """One task, two seeds, `FEW` conditions: 10 stages, 4 trainings."""
-    check_pipeline(tiny_dir, tmp_path, [f"secretpair/{c}" for c in FEW], [("secretpair", c) for c in FEW],
+    check_pipeline(capsys, tiny_dir, tmp_path, [f"secretpair/{c}" for c in FEW], [("secretpair", c) for c in FEW],
                    {"secretpair": [0, 1]}, "secretpair/seed1/team-base")
 
 
 @pytest.mark.slow
-def test_smoke_run_of_every_stage_writes_one_file_per_unit_resumes_and_rebuilds_the_docs(tiny_dir, tmp_path):
+def test_smoke_run_of_every_stage_writes_one_file_per_unit_resumes_and_rebuilds_the_docs(capsys, tiny_dir,
+                                                                                           tmp_path):
     """All 24 stages (both seeds of secretpair, seed 0 of sharedpick; 15 trainings): every learner's branch and
     every comparison, including a row of one seed beside rows of two."""
-    check_pipeline(tiny_dir, tmp_path, ["secretpair", "seed0"],
+    check_pipeline(capsys, tiny_dir, tmp_path, ["secretpair", "seed0"],
                    [(t, c.name) for t in results_coop.TASKS for c in results_coop.CONDITIONS],
                    {"secretpair": [0, 1], "sharedpick": [0]}, "sharedpick/seed0/team-base")
 
