@@ -40,6 +40,8 @@ LIARS = ["1-1", "1-2", "2-1", "Liar"]
         ("Bid: 13", GOOF13, "[P0]Bid: 13"),
         ("[p0]bid:13", GOOF13, "[P0]Bid: 13"),
         ("I think so.\nAction: Bet", KUHN, "Bet"),  # one answer line
+        ("\n\n \t> Action: Bet\n\n", KUHN, "Bet"),  # blank lines and a lead-in before it
+        ("\n" * 16_000 + "Action: Bet", KUHN, "Bet"),  # after a flood of newlines (read in linear time)
         ("**Action:** x(1,1)", TTT, "x(1,1)"),  # markdown around the answer line
         ("answer: pass", KUHN, "Pass"),
         ("Action: Bet\nAction: bet", KUHN, "Bet"),  # answer lines that agree

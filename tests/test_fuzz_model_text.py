@@ -15,9 +15,10 @@ wrapped in one of the forms a parser looks for (tags, fences, `def aux(): return
     markup              brackets, quotes, fences and operators mixed with digits
     random unicode      any code point
 
-Every reward function and parser in `rewards` gets all 10,000 strings of every family: the scores stay
-in [0, 1] and nothing raises (`parse_plain` may only say "not plain data" with ValueError). The code
-judge gets each string as a result index, a returned value, an exception, an oddity and as stderr.
+Every reward function and parser in `rewards` gets all 10,000 strings of every family (the default suite: the
+first 2,000, `FAST`; all 10,000 under `slow`): the scores stay in [0, 1] and nothing raises (`parse_plain` may
+only say "not plain data" with ValueError). The code judge gets each string as a result index, a returned
+value, an exception, an oddity and as stderr.
 The envs: each family's 10,000 strings are dealt to the registered envs in turn, as the actions of the
 agents to move (so every env meets every family, about 500 strings of it); the sandbox never runs,
 because no string defines a HumanEval entry point (gibberish is scored without running anything).
@@ -57,6 +58,12 @@ from rewards.sandbox import ExecutionResult
 from rewards.verdicts import RecordedCall, RecordedTests, judge, scrub_paths
 
 COUNT = 10_000
+FAST = 2_000
+"""The default suite's reward functions, parsers and code judge take the first FAST strings of each family (the
+same generator, so the same kinds: half of the huge numbers past int()'s limit, about 20 floods and 20 long
+lines past the 16,384-character action limit, `test_hostile_strings_are_seeded_and_hostile` checks it); the
+`slow` cases take all COUNT. The envs' test deals all COUNT strings in the default suite."""
+COUNTS = [FAST, pytest.param(COUNT, marks=pytest.mark.slow)]
 SEED = 0
 FAMILIES = ("unicode digits", "confusables", "huge numbers", "deep nesting", "floods", "control characters",
             "surrogates", "long lines", "markup", "random unicode")
@@ -137,11 +144,13 @@ def test_hostile_strings_are_seeded_and_hostile() -> None:
     digits = "".join(hostile_strings("unicode digits", 200, SEED))
     assert "²" in _numeric_alphabet() and any(c.isdigit() and not c.isascii() for c in digits)
     assert any("\ud800" <= c <= "\udfff" for c in "".join(hostile_strings("surrogates", 50, SEED)))
+    for family in ("floods", "long lines"):  # the FAST strings still reach past the action limit
+        assert sum(len(s) > 16_384 for s in hostile_strings(family, FAST, SEED)) >= 5
 
 
-def _batches(family: str, size: int = 100) -> Iterator[list[str]]:
+def _batches(family: str, count: int, size: int = 100) -> Iterator[list[str]]:
     batch = []
-    for text in hostile_strings(family, COUNT, SEED):
+    for text in hostile_strings(family, count, SEED):
         batch.append(text)
         if len(batch) == size:
             yield batch
@@ -157,9 +166,10 @@ def _unit(scores: list[float], n: int) -> None:
 # ----- reward functions and parsers ------------------------------------------------------------------
 
 
+@pytest.mark.parametrize("count", COUNTS)
 @pytest.mark.parametrize("family", FAMILIES)
-def test_reward_functions_take_any_text(family: str) -> None:
-    for batch in _batches(family):
+def test_reward_functions_take_any_text(family: str, count: int) -> None:
+    for batch in _batches(family, count):
         n, other = len(batch), batch[1:] + batch[:1]
         for score in (overlap_f1, overlap_precision, overlap_recall, word_overlap, exact_match):
             _unit(score(batch, other), n)
@@ -181,9 +191,10 @@ def test_reward_functions_take_any_text(family: str) -> None:
         assert len(rewards) == n
 
 
+@pytest.mark.parametrize("count", COUNTS)
 @pytest.mark.parametrize("family", FAMILIES)
-def test_parsers_take_any_text(family: str) -> None:
-    for text in hostile_strings(family, COUNT, SEED):
+def test_parsers_take_any_text(family: str, count: int) -> None:
+    for text in hostile_strings(family, count, SEED):
         try:
             value = parse_plain(text)
         except ValueError:  # the documented answer for text that is not plain data
@@ -204,10 +215,11 @@ TESTS = [
 ]
 
 
+@pytest.mark.parametrize("count", COUNTS)
 @pytest.mark.parametrize("family", FAMILIES)
-def test_the_code_judge_takes_any_run_output(family: str) -> None:
+def test_the_code_judge_takes_any_run_output(family: str, count: int) -> None:
     r = random.Random(family)
-    for k, text in enumerate(hostile_strings(family, COUNT, SEED)):
+    for k, text in enumerate(hostile_strings(family, count, SEED)):
         tests = TESTS[k % len(TESTS)]
         forms = [f"t {text} =1", f"t 0 ={text}", f"t 1 !{text}", f"t 2 ?{text}", f"t 3 ={text}", f"t {text}"]
         lines = ["t start", *r.sample(forms, r.randint(1, len(forms))), *(["t end"] if r.random() < 0.7 else [])]

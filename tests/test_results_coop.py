@@ -30,7 +30,25 @@ def run(tiny_dir: str, out: Path, *extra: str) -> subprocess.CompletedProcess:
                           capture_output=True, text=True, cwd=ROOT, env=env, timeout=900)
 
 
-def test_smoke_run_writes_one_file_per_unit_resumes_and_rebuilds_the_docs_from_the_units(tiny_dir, tmp_path):
+def run_here(capsys: pytest.CaptureFixture, tiny_dir: str, out: Path, *extra: str) -> str:
+    """The same command in this process (one process start less; `--jobs 1`: the stages run right here);
+    its printout."""
+    capsys.readouterr()
+    assert results_coop.main(["--smoke", "--model-dir", tiny_dir, "--out", str(out), "--device", "cpu", *extra]) == 0
+    return capsys.readouterr().out
+
+
+FEW = ("team-base", "team-maac-lora", "alone-full-base", "alone-own-base", "alone-own-magrpo-lora")
+"""The default suite's stages (one task, both seeds): every view, a team trained with a critic (MAAC: the
+critic's branch) and a lone agent trained with MAGRPO, and three comparisons between rows of two seeds each.
+The whole grid (both tasks, all eight conditions, IAC and the team's MAGRPO too) is the `slow` test below."""
+
+
+def check_pipeline(capsys: pytest.CaptureFixture, tiny_dir: str, tmp_path: Path, only: list[str],
+                   rows_expected: list[tuple[str, str]], seeds_of: dict[str, list[int]], lost_key: str) -> None:
+    """Run two base stages of secretpair/seed0 as one work unit of a `--jobs 2` subprocess, then `only` at
+    --seeds 0 1 in this process; check the unit files, rows, comparisons and report; delete `lost_key`'s unit
+    and check that only it runs again; rebuild the docs from the unit files alone."""
     out = tmp_path / "r-smoke"
     units = out / "units"  # --smoke keeps the units out of the repo
     part = run(tiny_dir, tmp_path / "r", "--seeds", "0", "--jobs", "2", "--only", "secretpair/seed0/team-base",
@@ -40,23 +58,24 @@ def test_smoke_run_writes_one_file_per_unit_resumes_and_rebuilds_the_docs_from_t
     assert (out / "logs" / "secretpair__seed0__team-base.log").is_file()
     assert sorted(p.relative_to(units).as_posix() for p in units.rglob("*.json")) == [
         "secretpair/seed0/alone-own-base.json", "secretpair/seed0/team-base.json"]
-    proc = run(tiny_dir, tmp_path / "r", "--seeds", "0", "1", "--only", "secretpair", "seed0")
-    assert proc.returncode == 0, proc.stdout[-2000:] + proc.stderr[-4000:]
-    assert "2 of 24 stages done before" in proc.stdout  # both seeds of one task, one seed of the other
+    n = sum(len(seeds_of[t]) for t, _ in rows_expected)  # stages
+    printed = run_here(capsys, tiny_dir, tmp_path / "r", "--seeds", "0", "1", "--only", *only)
+    assert f"2 of {n} stages done before" in printed  # the first run's two
     data = json.loads((out / "results.json").read_text())
     rows = data["rows"]
-    assert [(r["task"], r["name"]) for r in rows] == [(t, c.name) for t in results_coop.TASKS
-                                                      for c in results_coop.CONDITIONS]
+    assert [(r["task"], r["name"]) for r in rows] == rows_expected
     for r in rows:
-        seeds = [0, 1] if r["task"] == "secretpair" else [0]
+        seeds = seeds_of[r["task"]]
         per_seed = 16 if r["view"] == "own" else 8  # the own-part agent: each instance with each part shown
         assert r["seeds"] == seeds and r["sampled"]["episodes"] == r["greedy"]["episodes"] == per_seed * len(seeds)
         assert (r["sampled"]["ci95_seeds"] is None) == (len(seeds) == 1)  # a t-interval needs 2 seeds
         assert r["completions"] == (None if r["learner"] is None else 64)  # equal budget: team and lone alike
         assert (r["used_partner_info_chance"] is None) == (r["view"] != "team")
-    assert {(c["a"], c["b"]) for c in data["comparisons"]} == set(coop_report.COMPARISONS)
+    present = set(rows_expected)
+    assert {(c["a"], c["b"]) for c in data["comparisons"]} == {
+        (a, b) for a, b in coop_report.COMPARISONS if {("secretpair", a), ("secretpair", b)} <= present}
     unit_files = sorted(units.rglob("*.json"))
-    assert len(unit_files) == 24
+    assert len(unit_files) == n
     for path in unit_files:
         e = json.loads(path.read_text())
         assert path.relative_to(units).as_posix() == f"{e['task']}/seed{e['seed']}/{e['name']}.json"
@@ -66,18 +85,18 @@ def test_smoke_run_writes_one_file_per_unit_resumes_and_rebuilds_the_docs_from_t
         assert (e["curve"] is None) == (e["learner"] is None) and e["seconds_train"] >= 0
         assert path.stat().st_size < 100_000  # small JSON, no weights
     md = (out / "results.md").read_text()
-    assert "| secretpair | team-maac-lora |" in md and "| sharedpick | alone-own-base |" in md
-    assert "team-maac-lora − team-iac-lora" in md
+    assert "| secretpair | team-maac-lora |" in md and "| secretpair | alone-own-base |" in md
+    assert "team-maac-lora − alone-own-magrpo-lora" in md
     assert (out / "curves.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
     trained = sorted((out / "runs").glob("*/*/*/final/done.json"))
-    assert len(trained) == 3 * 5 and not list((out / "runs").glob("*/*/*/checkpoints"))
+    assert len(trained) == sum(len(seeds_of[t]) for t, c in rows_expected if results_coop.BY_NAME[c].learner)
+    assert not list((out / "runs").glob("*/*/*/checkpoints"))
     # a killed unit: only its file is missing, so only it runs again
-    lost = units / "sharedpick" / "seed0" / "team-base.json"
+    lost = units / (lost_key + ".json")
     lost.unlink()
     written = {p: p.stat().st_mtime_ns for p in unit_files if p != lost}
-    again = run(tiny_dir, tmp_path / "r", "--seeds", "0", "1", "--only", "secretpair", "seed0")
-    assert again.returncode == 0, again.stderr[-4000:]
-    assert "23 of 24 stages done before; running 1" in again.stdout and lost.is_file()
+    again = run_here(capsys, tiny_dir, tmp_path / "r", "--seeds", "0", "1", "--only", *only)
+    assert f"{n - 1} of {n} stages done before; running 1" in again and lost.is_file()
     assert {p: p.stat().st_mtime_ns for p in written} == written  # every other unit reused, nothing redone
     # the docs come from the unit files alone: without the weights, runs and report, on a page of their own
     for gone in ("runs", "logs", "results.json", "results.md", "curves.png"):
@@ -92,6 +111,23 @@ def test_smoke_run_writes_one_file_per_unit_resumes_and_rebuilds_the_docs_from_t
     assert "seeds 0 / 1;" in text and "sampled 64 completions" in text and (page.parent / "img" / "results-coop.png").is_file()
     assert (tmp_path / "rebuilt" / "results.md").read_text() in text
     assert json.loads((tmp_path / "rebuilt" / "results.json").read_text())["rows"] == rows
+
+
+def test_smoke_run_writes_one_file_per_unit_resumes_and_rebuilds_the_docs_from_the_units(capsys, tiny_dir,
+                                                                                         tmp_path):
+    """One task, two seeds, `FEW` conditions: 10 stages, 4 trainings."""
+    check_pipeline(capsys, tiny_dir, tmp_path, [f"secretpair/{c}" for c in FEW], [("secretpair", c) for c in FEW],
+                   {"secretpair": [0, 1]}, "secretpair/seed1/team-base")
+
+
+@pytest.mark.slow
+def test_smoke_run_of_every_stage_writes_one_file_per_unit_resumes_and_rebuilds_the_docs(capsys, tiny_dir,
+                                                                                           tmp_path):
+    """All 24 stages (both seeds of secretpair, seed 0 of sharedpick; 15 trainings): every learner's branch and
+    every comparison, including a row of one seed beside rows of two."""
+    check_pipeline(capsys, tiny_dir, tmp_path, ["secretpair", "seed0"],
+                   [(t, c.name) for t in results_coop.TASKS for c in results_coop.CONDITIONS],
+                   {"secretpair": [0, 1], "sharedpick": [0]}, "sharedpick/seed0/team-base")
 
 
 @pytest.mark.parametrize("task", list(results_coop.TASKS))
