@@ -102,13 +102,14 @@ def run(model: str, backend: str, agents: int, wait: float, turn_size: dict | No
             "seconds_weight_sync": metrics.get("perf/seconds_weight_sync", 0.0) + after,
             "seconds_correction": metrics.get("perf/seconds_correction", 0.0),
             "seconds_update": metrics["perf/seconds_update"],
+            "tokens_epoch": metrics["perf/tokens_per_second"] * metrics["perf/seconds_generate"],
             "peak_gpu_gb": torch.cuda.max_memory_allocated() / 1e9 if torch.cuda.is_available() else None,
             "rollout_ratio_mean": metrics.get("train/agent_0/rollout_ratio_mean")}
 
 
 SPLIT = ("seconds_generate", "seconds_weight_sync", "seconds_correction", "seconds_update")
 COLUMNS = ("tokens_per_second", "seconds_epoch", "cpu_s_epoch", *SPLIT, "seconds_build", "peak_rss_gb",
-           "foreign_cpu_s")
+           "foreign_cpu_s", "tokens_epoch")
 
 
 def overhead(x: dict) -> float:
@@ -145,27 +146,28 @@ def main() -> int:
     name = os.path.basename(os.path.normpath(a.model))
     print(f"{name}: median of {a.repeats} alternating fresh-process runs")
     print("| model | agents | steps | backend | tokens/s (turn) | s / epoch | generate s | sync s | correction s | "
-          "update s | other s | epoch - generate s | vs hf | start s | peak RSS GB | foreign CPU s | runs |")
-    print("|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|")
+          "update s | other s | epoch - generate s | vs hf | sampled tokens | start s | peak RSS GB | foreign CPU s | runs |")
+    print("|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|")
     rows = []
     for backend, n, k in configs:
         xs = runs[(backend, n, k)]
         row = {"backend": backend, "agents": n, "steps": k, "runs": xs,
                **{c: statistics.median(x[c] for x in xs) for c in COLUMNS},
-               "overhead": statistics.median(overhead(x) for x in xs)}
+               "overhead": statistics.median(overhead(x) for x in xs),
+               "other": statistics.median(x["seconds_epoch"] - sum(x[c] for c in SPLIT) for x in xs)}
         if backend == "vllm":  # the ratio of the medians; paired: the median over repeats of vllm/hf
             row["overhead_ratio"] = row["overhead"] / rows[-1]["overhead"]
             row["overhead_ratio_paired"] = statistics.median(
                 overhead(v) / overhead(h) for v, h in zip(xs, runs[("hf", n, k)]))
         rows.append(row)
-        other = row["seconds_epoch"] - sum(row[c] for c in SPLIT)
         team = "1" if n == 1 else f"{n} LoRA"
         ratio = f"{row['overhead_ratio']:.2f}x" if "overhead_ratio" in row else "-"
         speed = "-" if row["tokens_per_second"] != row["tokens_per_second"] else f"{row['tokens_per_second']:,.0f}"
         print(f"| {name} | {team} | {k} | {backend} | {speed} | {row['seconds_epoch']:.2f} | "
               f"{row['seconds_generate']:.2f} | {row['seconds_weight_sync']:.3f} | {row['seconds_correction']:.2f} | "
-              f"{row['seconds_update']:.2f} | {other:.2f} | {row['overhead']:.2f} | {ratio} | "
-              f"{row['seconds_build']:.1f} | {row['peak_rss_gb']:.2f} | {row['foreign_cpu_s']:.1f} | {a.repeats} |")
+              f"{row['seconds_update']:.2f} | {row['other']:.2f} | {row['overhead']:.2f} | {ratio} | "
+              f"{row['tokens_epoch']:,.0f} | {row['seconds_build']:.1f} | {row['peak_rss_gb']:.2f} | "
+              f"{row['foreign_cpu_s']:.1f} | {a.repeats} |")
     if a.out:
         with open(a.out, "w", encoding="utf-8") as f:
             json.dump({"model": a.model, "repeats": a.repeats, "turn": None if a.no_turn else TURN, "rows": rows},
