@@ -6,7 +6,7 @@
 Four rows, each in a fresh process (`vllm_backend.run`): the HF backend and vLLM, for one agent and for 4 LoRA agents
 (r=8 on q/k/v/o) on one base. Each row: tokens/s of one team turn (16 prompts x 8 samples x 64 new tokens per
 agent), the seconds of one MAGRPO epoch (the benchmark workload's 16 fixed prompts x 4 samples x 32 tokens,
-8 optimizer steps per agent), peak GPU memory (torch's allocations in the process, the engine's included) and, with
+one optimizer step per agent, the default), peak GPU memory (torch's allocations in the process, the engine's included) and, with
 vLLM, the weight-sync seconds of the epoch and its engine/trainer ratio (`rollout_ratio_mean`: 1 when the engine
 samples exactly what the trainer holds).
 
@@ -117,7 +117,8 @@ def main() -> int:
 
         if a.smoke:  # a small epoch too (4 prompts, 8 new tokens), on one thread (a shared CPU: no spinning)
             workload.PROMPTS, workload.MAX_NEW_TOKENS, workload.NUM_THREADS = workload.PROMPTS[:4], 8, 1
-        result = vllm_backend.run(a.model, a.child[0], int(a.child[1]), 0.0, SMOKE_TURN if a.smoke else None)
+        result = vllm_backend.run(a.model, a.child[0], int(a.child[1]), 0.0, SMOKE_TURN if a.smoke else None,
+                                  steps=1)  # the library's default: one optimizer step per rollout
         print(json.dumps(result))
         return 0
     start = time.perf_counter()

@@ -48,6 +48,8 @@ def run(model: str, backend: str, agents: int, wait: float, turn_size: dict | No
     """Tokens/s of one team turn (`turn_size`, default `TURN`; skipped when not `turn`), then one MAGRPO epoch
     of `steps` optimizer steps per agent, in this process."""
     size = turn_size or TURN
+    if steps < 1 or len(workload.PROMPTS) % steps:
+        raise ValueError(f"steps={steps} must divide the epoch's {len(workload.PROMPTS)} prompts into minibatches")
     workload.offline_and_quiet()
     os.environ.setdefault("VLLM_LOGGING_LEVEL", "ERROR")
     import datasets
