@@ -149,10 +149,10 @@ class RolloutCorrection:
 
     For agent a it holds `old[a]` `(S, T)`, the trainer's log-probs at the sampling weights (pi_old of the
     PPO ratio from then on), and `ratio[a]` `(S,)`, r_s (NaN until row s is scored; 1 for a row without
-    sampled tokens). A row is scored once:
-    by `prescore` (a no-grad pass, before the update) or by `apply` (the update's own forward, detached), which
-    is only right while the weights are the sampling ones: the learner prescores every row with tokens that
-    its first minibatch does not train. `seconds` is the time spent in `prescore`.
+    sampled tokens). A row is scored once: by `prescore` (a no-grad pass, before the update) or by `apply`
+    (the update's own forward, detached), which is only right while the weights are the sampling ones: the
+    learner prescores every row with tokens that its first minibatch does not train. `seconds` is the time
+    spent in `prescore`.
     """
 
     def __init__(self, samples: Sequence[SampleBatch], cap: float) -> None:
@@ -166,9 +166,9 @@ class RolloutCorrection:
 
     def prescore(self, models: Sequence["PreTrainedModel"], supports: Sequence[Support],
                  skip: Sequence[torch.Tensor] | None = None, whole: Whole = lambda model: nullcontext()) -> None:
-        """Score, with one no-grad pass per agent, every unscored row with sampled tokens except `skip[a]` (the rows the
-        update's first minibatch trains, scored by its forward; None: score all). Each model scores inside
-        `whole(model)`."""
+        """Score, with one no-grad pass per agent, every unscored row with sampled tokens except `skip[a]`
+        (the rows the update's first minibatch trains, scored by its forward; None: score all). Each model
+        scores inside `whole(model)`."""
         start = time.perf_counter()
         for a, (model, batch, support) in enumerate(zip(models, self.samples, supports, strict=True)):
             todo = self.ratio[a].isnan()
