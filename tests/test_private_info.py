@@ -1,4 +1,4 @@
-"""coop/SecretPair-v1 and coop/SharedPick-v1: hand-scored answers, the three views, the info-flow fields, and a
+"""coop/SecretPair-v1, coop/SharedPick-v1 and coop/GridPick-v1: hand-scored answers, the three views, the info-flow fields, and a
 tiny model playing a team episode (its message reaches the partner; both answers count)."""
 
 from __future__ import annotations
@@ -16,7 +16,7 @@ from comlrl_env.tasks.private_info import ANIMALS, COLOURS, VIEWS, credit
 from comlrl_env.testing import check_env, check_task
 from learners.models.policy import AgentPolicy
 
-IDS = ["coop/SecretPair-v1", "coop/SharedPick-v1"]
+IDS = ["coop/SecretPair-v1", "coop/SharedPick-v1", "coop/GridPick-v1"]
 
 
 def answer_step(env_id: str, task_index: int, first: str, second: str, messages=("hi", "hello")):
@@ -88,6 +88,34 @@ SHARED_PICK = [
 def test_shared_pick_answers(first, second, expected, flagged):
     env, (_, rewards, _, _, infos) = answer_step("coop/SharedPick-v1", 4, first, second)
     assert env.task["target"] == "ring" and env.task["parts"] == ("blue", "medium")
+    assert rewards == {"agent_0": pytest.approx(expected), "agent_1": pytest.approx(expected)}
+    assert {a for a in infos if "invalid_action" in infos[a]} == flagged
+
+
+# Task 4 of GridPick: SharedPick's task 4 without names. The grid is small, medium, large by red, blue, green;
+# agent_0 knows the target is blue, agent_1 that it is medium.
+GRID_PICK = [
+    ("medium blue", "Medium, BLUE!", 1.0, set()),
+    ("The target is a <medium> <blue> one.", "blue medium", 1.0, set()),
+    # each repeats its own part only, or keeps its own part and guesses the other wrong
+    ("blue", "medium", 0.0, set()),
+    ("small blue", "medium red", 0.0, set()),
+    # each names only its partner's part: half credit
+    ("medium", "blue", 0.5, set()),
+    ("medium green", "large blue", 0.5, set()),
+    # a colour outside this grid is wrong, not invalid (nor is a colour word it does not read)
+    ("medium white", "purple blue", 0.5, set()),
+    # two sizes or two colours void the answer; so does the whole grid
+    ("medium large blue", "small, medium, large; red, blue, green", 0.0, {"agent_0", "agent_1"}),
+    ("", "qzx plor wum", 0.0, {"agent_0", "agent_1"}),
+]
+
+
+@pytest.mark.parametrize("first, second, expected, flagged", GRID_PICK)
+def test_grid_pick_answers(first, second, expected, flagged):
+    env, (_, rewards, _, _, infos) = answer_step("coop/GridPick-v1", 4, first, second)
+    assert env.task["parts"] == ("blue", "medium") and env.answer_text() == "medium blue"
+    assert env.prompt_history["agent_0"][1].startswith("Sizes: small, medium, large. Colours: red, blue, green.\n")
     assert rewards == {"agent_0": pytest.approx(expected), "agent_1": pytest.approx(expected)}
     assert {a for a in infos if "invalid_action" in infos[a]} == flagged
 
@@ -165,7 +193,8 @@ def best_guess_rate(env_id: str) -> float:
     return metrics["reward_mean"]
 
 
-@pytest.mark.parametrize("env_id, chance", [("coop/SecretPair-v1", 1 / 12), ("coop/SharedPick-v1", 1 / 3)])
+@pytest.mark.parametrize("env_id, chance", [("coop/SecretPair-v1", 1 / 12), ("coop/SharedPick-v1", 1 / 3),
+                                            ("coop/GridPick-v1", 1 / 3)])
 def test_the_own_views_prompt_tells_nothing_about_the_hidden_part(env_id, chance):
     # v0 showed part index % 2: a parity guess earned 0.125 on SecretPair and 0.667 on SharedPick
     assert best_guess_rate(env_id) == pytest.approx(chance, abs=1e-12)  # the best guess is a uniform one's

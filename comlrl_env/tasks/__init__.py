@@ -12,7 +12,7 @@ register("coop/GuessNumber-v1", entry_point=GuessNumber)
 register("general/SplitPie-v1", entry_point=SplitPie)
 
 from comlrl_env.tasks.code import HumanEvalCoop, HumanEvalCoopMultiTurn  # noqa: E402
-from comlrl_env.tasks.private_info import SecretPair, SharedPick  # noqa: E402
+from comlrl_env.tasks.private_info import GridPick, SecretPair, SharedPick  # noqa: E402
 from comlrl_env.tasks.smoke import Arithmetic, FormatAgreement  # noqa: E402
 from comlrl_env.tasks.writing import DocSummary, DocSummaryGeneralSum  # noqa: E402
 
@@ -21,6 +21,7 @@ __all__ += [
     "DocSummary",
     "DocSummaryGeneralSum",
     "FormatAgreement",
+    "GridPick",
     "HumanEvalCoop",
     "HumanEvalCoopMultiTurn",
     "SecretPair",
@@ -35,6 +36,7 @@ register("writing/DocSummary-v1", entry_point=DocSummary)
 register("writing/DocSummaryGeneralSum-v1", entry_point=DocSummaryGeneralSum)
 register("coop/SecretPair-v1", entry_point=SecretPair)  # view="team" | "full" | "own"
 register("coop/SharedPick-v1", entry_point=SharedPick)
+register("coop/GridPick-v1", entry_point=GridPick)
 
 # OpenSpiel games (comlrl_env/openspiel.py; needs `pip install 'comlrl-env[games]'`, imported on first use).
 # Any `openspiel/<game>-v0` resolves on demand; the `games` suite's ids are registered with small defaults.

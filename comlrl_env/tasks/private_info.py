@@ -1,4 +1,5 @@
-"""coop/SecretPair-v1 and coop/SharedPick-v1: private-information tasks a team solves only by talking.
+"""coop/SecretPair-v1, coop/SharedPick-v1 and coop/GridPick-v1: private-information tasks a team solves only by
+talking.
 
 Each agent sees a different part of what the answer needs (part 0 and part 1 of the instance). A team
 episode has two turns: a **message** turn, in which each agent sends its partner a short text, then an
@@ -72,7 +73,26 @@ Observations of the `team` view (agent_0; agent_1 knows the size and is told its
     Your partner's message: "<what agent_1 sent>"
     Which item is the target? Answer with its name, like: <item>
 
-Versions: v1 (both tasks): the `own` view has one instance per (instance, shown part). v0: the first; its
+## coop/GridPick-v1
+
+SharedPick without item names: the catalogue is the grid of 3 sizes and this instance's 3 colours, and the
+answer is the target's size and colour. Same instances (`task_index = 9 * c + k`), parts and messages as
+SharedPick; what changes is the context, the question and how an answer is read. An answer is read as the one
+size and the one colour (of `COLOURS_8`) it names, as SecretPair reads its pairs: one may be missing (it is
+then wrong), two different sizes or colours void it, and a colour outside the instance's three is wrong.
+SharedPick's answer needs a lookup (size and colour to the item's name) that neither the untrained
+SmolLM2-135M nor 3,072 completions of training learned (docs/results.md); GridPick keeps the task's
+structure, its chance level (1/3) and its credit, and drops the lookup.
+
+    Sizes: small, medium, large. Colours: red, blue, green.
+    The target's colour is red. Your partner knows the target's size. Send your partner a short message.
+
+    Sizes: small, medium, large. Colours: red, blue, green.
+    The target's colour is red.
+    Your partner's message: "<what agent_1 sent>"
+    Name the target's size and colour. Answer with two words, like: <size> <colour>
+
+Versions: v1 (all three tasks; GridPick started at v1 so that the private-information tasks share a version): the `own` view has one instance per (instance, shown part). v0: the first; its
 `own` view showed part `task_index % 2`, which told a lone agent the parity of the index (SecretPair: the
 hidden animal's; SharedPick, with the catalogue, the target's), so a parity guess earned 0.125 and 0.667
 there against the chance levels 1/12 and 1/3. The `team` and `full` views are unchanged.
@@ -87,7 +107,7 @@ from typing import Any
 
 from comlrl_env.base import AgentID, TextParallelEnv
 
-__all__ = ["ANIMALS", "COLOURS", "COLOURS_8", "ITEMS", "SIZES", "VIEWS", "SecretPair", "SharedPick"]
+__all__ = ["ANIMALS", "COLOURS", "COLOURS_8", "ITEMS", "SIZES", "VIEWS", "GridPick", "SecretPair", "SharedPick"]
 
 VIEWS = ("team", "full", "own")
 MESSAGE_CHARS = 200  # a message is clipped to this many characters, in the partner's prompt and in infos
@@ -327,3 +347,27 @@ class SharedPick(_PrivateInfoTask):
         if attributes is None:  # a name from another catalogue: no part of it is right
             return set(), None
         return {p for p in (0, 1) if attributes[p] == self.task["parts"][p]}, None
+
+
+class GridPick(SharedPick):
+    """SharedPick with the target named by its size and colour, not an item name (see the module docstring)."""
+
+    metadata = {**SharedPick.metadata, "name": "coop/GridPick-v1"}
+    question = "Name the target's size and colour. Answer with two words, like: <size> <colour>"
+
+    def context(self) -> str:
+        colours = list(dict.fromkeys(colour for colour, _ in self.task["items"].values()))
+        return f"Sizes: {', '.join(SIZES)}. Colours: {', '.join(colours)}.\n"
+
+    def answer_text(self) -> str:
+        colour, size = self.task["parts"]
+        return f"{size} {colour}"
+
+    def read(self, text: str) -> tuple[set[int], str | None]:
+        found = (named(text, COLOURS_8), named(text, SIZES))
+        if not any(found):
+            return set(), "no size or colour in the answer"
+        if any(len(f) > 1 for f in found):
+            return set(), (f"the answer names {len(found[1])} sizes and {len(found[0])} colours; "
+                           "name one of each")
+        return {p for p in (0, 1) if found[p] == [self.task["parts"][p]]}, None
