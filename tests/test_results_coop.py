@@ -110,7 +110,9 @@ def check_pipeline(capsys: pytest.CaptureFixture, tiny_dir: str, tmp_path: Path,
     assert text.startswith("# Results\n\nhand-written\n") and "<!-- results-coop:begin -->" in text
     assert "seeds 0 / 1;" in text and "sampled 64 completions" in text and (page.parent / "img" / "results-coop.png").is_file()
     assert (tmp_path / "rebuilt" / "results.md").read_text() in text
-    assert json.loads((tmp_path / "rebuilt" / "results.json").read_text())["rows"] == rows
+    timeless = lambda rows: [{k: v for k, v in r.items() if not k.startswith("minutes")} for r in rows]  # noqa: E731
+    # the same numbers but the wall times (the lost unit ran again)
+    assert timeless(json.loads((tmp_path / "rebuilt" / "results.json").read_text())["rows"]) == timeless(rows)
 
 
 def test_smoke_run_writes_one_file_per_unit_resumes_and_rebuilds_the_docs_from_the_units(capsys, tiny_dir,
