@@ -14,6 +14,7 @@ from transformers.generation.logits_process import (
 from learners.models.agents import prepare_tokenizer
 from learners.rollout import GenerationSettings, RolloutEngine
 from learners.rollout.backends.sampling import (
+    distinct_prompts,
     draw_tokens,
     filtered_probs,
     sample_completions,
@@ -137,6 +138,38 @@ def test_prompt_is_prefilled_once_and_samples_of_a_prompt_differ(tiny_dir):
     assert calls[0] == enc["input_ids"].shape  # one prefill over the 3 prompts, not 12 rows
     assert all(shape == (12, 1) for shape in calls[1:]) and len(calls) == 6
     assert len({tuple(r) for r in ids[:4].tolist()}) > 1
+
+
+def test_repeated_prompts_are_prefilled_once_and_sample_as_k_samples_of_one_prompt_do(tiny_dir):
+    # the K episodes of a group repeat their first prompt: rows [a, b, a, a] prefill a and b once, and each row
+    # then draws as sample k of its prompt would (the same random stream: the decode batch is the same)
+    model, tok = load(tiny_dir)
+    enc = tok([PROMPTS[0], PROMPTS[1], PROMPTS[0], PROMPTS[0]], return_tensors="pt", padding=True, padding_side="left")
+    calls = []
+    hook = model.register_forward_pre_hook(lambda m, args, kw: calls.append(kw["input_ids"].shape), with_kwargs=True)
+    torch.manual_seed(3)
+    ids, logprobs = sample_completions(model, enc["input_ids"], enc["attention_mask"], 2, 6, [], tok.pad_token_id)
+    hook.remove()
+    assert calls[0] == (2, enc["input_ids"].shape[1]) and all(shape == (8, 1) for shape in calls[1:])
+    with torch.no_grad():  # each row's log-probs are those of its own prompt and tokens, scored whole
+        whole = torch.cat([enc["input_ids"].repeat_interleave(2, 0), ids], 1)
+        mask = torch.cat([enc["attention_mask"].repeat_interleave(2, 0), torch.ones_like(ids)], 1)
+        logits = model(input_ids=whole, attention_mask=mask, position_ids=(mask.cumsum(1) - 1).clamp(min=0)).logits
+    width = enc["input_ids"].shape[1]
+    expected = torch.log_softmax(logits[:, width - 1:-1].float(), -1).gather(-1, ids[..., None])[..., 0]
+    torch.testing.assert_close(logprobs, expected, atol=1e-4, rtol=0)
+    assert len({tuple(r) for r in ids[[0, 1, 4, 5, 6, 7]].tolist()}) > 1  # a's six samples are not one copy
+
+
+@pytest.mark.parametrize("names", [None, ["x", "y", "x", "y"]])
+def test_distinct_prompts_maps_every_row_to_the_first_row_of_its_prompt(names):
+    ids = torch.tensor([[0, 7, 8], [5, 6, 9], [0, 7, 8], [0, 7, 8]])
+    first, source = distinct_prompts(ids, (ids > 0).long(), names)
+    assert torch.equal(ids[first][source], ids)
+    if names is None:
+        assert first.tolist() == [0, 1] and source.tolist() == [0, 1, 0, 0]
+    else:  # the same ids through another adapter are another prompt
+        assert first.tolist() == [0, 1, 3] and source.tolist() == [0, 1, 0, 2]
 
 
 def test_logits_processors_in_the_generation_config_use_generate(tiny_dir):

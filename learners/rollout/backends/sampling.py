@@ -4,8 +4,10 @@
 num_return_sequences=K)` does for plain temperature / top-k / top-p sampling,
 with three differences that matter for RL:
 
-1. the prompt is run once per prompt, not once per sample: its KV cache is
-   copied K times (`repeat_interleave` on the batch axis) before decoding;
+1. the prompt is run once per distinct prompt, not once per sample: its KV
+   cache is copied to each of its rows before decoding (K samples of a prompt,
+   and rows that repeat a prompt, as the K episodes of a group do on their
+   first turn, share one prefill);
 2. each step draws its token by inverse-CDF sampling, one uniform number per
    row, instead of `torch.multinomial`'s exponential race over the vocabulary
    (which needs V random numbers per row and took ~24% of decoding time on CPU);
@@ -150,15 +152,17 @@ def sample_completions(
     (PEFT's mixed-adapter batches): agents sharing one base sample in one batch, each with its own adapter.
     """
     cache_arg = _cache_argument(model)
-    routing = {} if adapter_names is None else {"adapter_names": list(adapter_names)}
     positions = (attention_mask.cumsum(1) - 1).clamp(min=0)
-    out = model(input_ids=input_ids, attention_mask=attention_mask, position_ids=positions,
+    first, source = distinct_prompts(input_ids, attention_mask, adapter_names)
+    routing = {} if adapter_names is None else {"adapter_names": [adapter_names[i] for i in first.tolist()]}
+    out = model(input_ids=input_ids[first], attention_mask=attention_mask[first], position_ids=positions[first],
                 use_cache=True, logits_to_keep=1, **routing)
     if adapter_names is not None:
         routing = {"adapter_names": [name for name in adapter_names for _ in range(num_samples)]}
     cache = getattr(out, cache_arg)
-    cache.batch_repeat_interleave(num_samples)  # the prompt's KV, once per sample
-    logits = out.logits[:, -1].repeat_interleave(num_samples, 0)
+    rows = source.repeat_interleave(num_samples)  # each sample's prefilled prompt
+    cache.reorder_cache(rows)  # that prompt's KV, once per sample
+    logits = out.logits[:, -1][rows]
     mask = attention_mask.repeat_interleave(num_samples, 0)
     position = positions[:, -1:].repeat_interleave(num_samples, 0)
     eos = torch.tensor(eos_ids, dtype=torch.long, device=input_ids.device)
@@ -183,6 +187,23 @@ def sample_completions(
                     **{cache_arg: cache}, **routing)
         logits = out.logits[:, -1]
     return torch.stack(tokens, 1), torch.stack(logprobs, 1)
+
+
+def distinct_prompts(input_ids: torch.Tensor, attention_mask: torch.Tensor, adapter_names: list[str] | None = None
+                     ) -> tuple[torch.Tensor, torch.Tensor]:
+    """`(first, source)`: the first row of each distinct prompt (ids, mask and adapter alike), in row order,
+    and for each row the position in `first` of the prompt it repeats. `input_ids[first][source]` is
+    `input_ids`. Example: rows [a, b, a] -> first [0, 1], source [0, 1, 0]."""
+    key = torch.cat([input_ids, attention_mask], 1)
+    if adapter_names is not None:
+        codes = {name: i for i, name in enumerate(dict.fromkeys(adapter_names))}
+        key = torch.cat([key, torch.tensor([[codes[n]] for n in adapter_names], device=key.device)], 1)
+    _, inverse = torch.unique(key, dim=0, return_inverse=True)
+    seen = torch.full((len(key),), len(key), dtype=torch.long, device=key.device)
+    seen = seen.scatter_reduce(0, inverse, torch.arange(len(key), device=key.device), "amin")  # first row per class
+    first = torch.unique(seen[inverse])  # ascending: row order
+    position = torch.empty_like(seen).index_put_((inverse[first],), torch.arange(len(first), device=key.device))
+    return first, position[inverse]
 
 
 class StopRecorder(StoppingCriteria):
