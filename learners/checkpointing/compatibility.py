@@ -17,7 +17,8 @@ __all__ = ["PORTABLE_FIELDS", "check_compatible", "stateful_slots"]
 PORTABLE_FIELDS = frozenset({
     "num_train_epochs", "num_iterations", "agent_devices", "critic_devices", "reference_devices",
     "reward_model_device", "parallel_training", "logging_steps", "verbose", "output_dir", "eval_interval",
-    "eval_num_samples", "eval_batch_size", "eval_greedy", "gradient_accumulation_steps", "mixed_precision",
+    "eval_num_samples", "eval_batch_size", "eval_greedy", "gradient_accumulation_steps", "group_by_length",
+    "mixed_precision",
 })
 """Config fields that may change between a run and its resume (plus every field ending in "_dir")."""
 

@@ -197,6 +197,12 @@ class LearnerConfig(metaclass=ConfigMeta):
     """Micro-batches per optimizer step: each minibatch is split into this many parts (as even as possible, in
     order; fewer when it has fewer samples), each forwarded and backwarded on its own, then one optimizer step.
     The update equals the unsplit one up to float rounding; activation memory falls by about this factor."""
+    group_by_length: bool = False
+    """Score each micro-batch's rows in two forwards of similar length when that computes at least a tenth fewer
+    padded tokens (`learners.rollout.scoring.length_groups`): the same loss and gradient up to float rounding.
+    It pays where a forward's cost follows its tokens (CPU; large models), e.g. a team's rows of a short
+    first-turn prompt beside a long second-turn one; a small model on a GPU is launch-bound, and one forward is
+    faster there. As transformers' `group_by_length`, for the policy's forward."""
 
     # ----- models, devices and memory -----
     agent_devices: str | list[str] | None = None
@@ -365,6 +371,10 @@ class LearnerConfig(metaclass=ConfigMeta):
             raise ValueError(f"sharding='fsdp' puts each torchrun process on its own device (cuda:LOCAL_RANK, or the "
                              f"cpu), but {', '.join(placed)} places models per agent: leave the *_devices lists unset "
                              "and parallel_training='none'.")
+        if self.group_by_length:
+            raise ValueError("group_by_length=True is not available with sharding='fsdp': every FSDP forward is a "
+                             "collective, and ranks whose rows split differently would wait on each other; "
+                             "set group_by_length=False.")
         if self.peft_config is not None and self.merge_adapters_on_save:
             raise ValueError("merge_adapters_on_save=True is not available with sharding='fsdp': save_model writes "
                              "each agent's adapter; merge it into its base after training (peft's merge_and_unload).")

@@ -184,7 +184,7 @@ def policy_step(model: torch.nn.Module, optimizer: torch.optim.Optimizer, parts:
 
         def loss_fn(micro: torch.Tensor, part: PolicyBatch = part, share: float = share) -> tuple[torch.Tensor, ...]:
             batch = part.samples.select(micro)
-            logprobs = completion_logprobs(model, batch, part.temperature)
+            logprobs = completion_logprobs(model, batch, part.temperature, cfg.group_by_length)
             advantages, old = part.terms(micro, logprobs)
             return tuple(share * t for t in policy_terms(logprobs, old, advantages, batch.completion_mask,
                                                          cfg.clip_range, cfg.length_normalization))

@@ -35,7 +35,7 @@ if TYPE_CHECKING:
     from transformers import PreTrainedModel
 
 __all__ = ["RolloutCorrection", "Support", "completion_logprobs", "engine_correction", "kept_tokens",
-           "outside_nucleus", "sampled_logprobs", "sequence_ratio", "token_logprobs"]
+           "length_groups", "outside_nucleus", "sampled_logprobs", "sequence_ratio", "token_logprobs"]
 
 
 @dataclasses.dataclass(frozen=True)
@@ -95,14 +95,21 @@ def token_logprobs(logits: torch.Tensor, tokens: torch.Tensor, temperature: floa
     return picked - z.masked_fill(~keep, float("-inf")).logsumexp(-1)
 
 
-def completion_logprobs(model: "PreTrainedModel", batch: SampleBatch,
-                        temperature: float | Support = 1.0) -> torch.Tensor:
+def completion_logprobs(model: "PreTrainedModel", batch: SampleBatch, temperature: float | Support = 1.0,
+                        group_by_length: bool = False) -> torch.Tensor:
     """Per-token log pi(completion token | prompt, previous tokens) under `temperature` (or a `Support`),
     0 off the mask: `(S, T)`.
 
-    One forward over the whole batch; positions follow the attention mask as in
-    `generate`, and logits are computed only for the completion positions.
+    One forward over the whole batch (`group_by_length`: one per `length_groups` group, rows back in order);
+    positions follow the attention mask as in `generate`, and logits are computed only for the completion
+    positions.
     """
+    groups = length_groups(batch) if group_by_length else []
+    if len(groups) > 1:
+        T = batch.completion_ids.shape[1]
+        parts = [completion_logprobs(model, batch.select(rows), temperature) for rows in groups]
+        padded = torch.cat([torch.nn.functional.pad(part, (0, T - part.shape[1])) for part in parts])
+        return padded[torch.cat(groups).argsort().to(padded.device)]
     device = model.device
     prompt_ids, completion_ids = batch.prompt_ids.to(device), batch.completion_ids.to(device)
     mask = torch.cat([batch.prompt_mask, batch.completion_mask], 1).to(device)
@@ -116,6 +123,34 @@ def completion_logprobs(model: "PreTrainedModel", batch: SampleBatch,
         use_cache=False,
     ).logits[:, :-1]
     return token_logprobs(logits, completion_ids, temperature) * batch.completion_mask.to(device)
+
+
+def length_groups(batch: SampleBatch, saving: float = 0.1) -> list[torch.Tensor]:
+    """The rows of `batch` in two groups of similar length, or in one when that saves less than `saving` of
+    the tokens a forward computes.
+
+    Rows sorted by prompt length are cut before row i where the padded area
+
+        A(i) = i (p_(i-1) + max c_[0,i)) + (S - i) (p_(S-1) + max c_[i,S))
+
+    is least (p sorted prompt lengths, c completion lengths: each group is as wide as its longest prompt plus
+    its longest completion), against S (p_(S-1) + max c) for one forward. Example: 16 rows of a 53-token
+    prompt and 16 of 86, completions of 16: A = 16 * 69 + 16 * 102 = 2,736 against 3,264, 16% less.
+    """
+    prompt, completion = batch.prompt_mask.sum(1), batch.completion_mask.sum(1)
+    order = prompt.argsort(stable=True)
+    p, c = prompt[order], completion[order]
+    S = len(order)
+    if S < 2:
+        return [order]
+    head = c.cummax(0).values  # longest completion in rows [0, i]
+    tail = c.flip(0).cummax(0).values.flip(0)  # longest completion in rows [i, S)
+    i = torch.arange(1, S)
+    area = i * (p[i - 1] + head[i - 1]) + (S - i) * (p[-1] + tail[i])
+    best = int(area.argmin())
+    if area[best] > (1 - saving) * S * (p[-1] + head[-1]):
+        return [torch.arange(S)]
+    return [order[: best + 1], order[best + 1:]]
 
 
 def sampled_logprobs(model: "PreTrainedModel", batch: SampleBatch, rows: int = 16,
