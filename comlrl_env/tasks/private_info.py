@@ -75,20 +75,20 @@ Observations of the `team` view (agent_0; agent_1 knows the size and is told its
 
 ## coop/GridPick-v1
 
-SharedPick without item names: the catalogue is the grid of 3 sizes and this instance's 3 colours, and the
-answer is the target's size and colour. Same instances (`task_index = 9 * c + k`), parts and messages as
-SharedPick; what changes is the context, the question and how an answer is read. An answer is read as the one
+SharedPick without item names: the catalogue is the grid of 3 sizes and this instance's 3 colours, shown on
+the answer turn, and the answer is the target's size and colour. Same instances (`task_index = 9 * c + k`)
+and parts as SharedPick; what changes is the prompts (SecretPair's wording: "You hold ..."; the message turn
+shows only the agent's part) and how an answer is read. An answer is read as the one
 size and the one colour (of `COLOURS_8`) it names, as SecretPair reads its pairs: one may be missing (it is
 then wrong), two different sizes or colours void it, and a colour outside the instance's three is wrong.
 SharedPick's answer needs a lookup (size and colour to the item's name) that neither the untrained
 SmolLM2-135M nor 3,072 completions of training learned (docs/results.md); GridPick keeps the task's
 structure, its chance level (1/3) and its credit, and drops the lookup.
 
-    Sizes: small, medium, large. Colours: red, blue, green.
-    The target's colour is red. Your partner knows the target's size. Send your partner a short message.
+    You hold the target's colour: red. Your partner holds the target's size. Send your partner a short message.
 
     Sizes: small, medium, large. Colours: red, blue, green.
-    The target's colour is red.
+    You hold the target's colour: red.
     Your partner's message: "<what agent_1 sent>"
     Name the target's size and colour. Answer with two words, like: <size> <colour>
 
@@ -356,8 +356,18 @@ class GridPick(SharedPick):
     question = "Name the target's size and colour. Answer with two words, like: <size> <colour>"
 
     def context(self) -> str:
+        """The grid, on every answer turn (the message turn needs only the agent's own part)."""
+        if self.view == "team" and self.turn == 0:
+            return ""
         colours = list(dict.fromkeys(colour for colour, _ in self.task["items"].values()))
         return f"Sizes: {', '.join(SIZES)}. Colours: {', '.join(colours)}.\n"
+
+    def known(self, part: int) -> str:
+        return f"You hold the target's {self.KINDS[part]}: {self.task['parts'][part]}."
+
+    def hidden(self, part: int, partner: bool) -> str:
+        return (f"Your partner holds the target's {self.KINDS[part]}." if partner
+                else f"The target's {self.KINDS[part]} is hidden from you.")
 
     def answer_text(self) -> str:
         colour, size = self.task["parts"]
