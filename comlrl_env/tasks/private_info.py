@@ -83,7 +83,8 @@ size and the one colour (of `COLOURS_8`) it names, as SecretPair reads its pairs
 then wrong), two different sizes or colours void it, and a colour outside the instance's three is wrong.
 SharedPick's answer needs a lookup (size and colour to the item's name) that neither the untrained
 SmolLM2-135M nor 3,072 completions of training learned (docs/results.md); GridPick keeps the task's
-structure, its chance level (1/3) and its credit, and drops the lookup.
+structure, its chance level (1/3) and its credit, and drops the lookup. (At the cooperation results' budget of
+1,280 completions a SmolLM2-135M team did not learn to pass its part here either: docs/DESIGN.md, issue 44.)
 
     You hold the target's colour: red. Your partner holds the target's size. Send your partner a short message.
 
