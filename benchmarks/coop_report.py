@@ -162,7 +162,7 @@ def findings(rows: list[dict[str, Any]], comparisons: list[dict[str, Any]]) -> s
         parts = [said(by[t, a, b], what) for b, what in (("team-base", "the untrained team"), (
             "alone-own-magrpo-lora", "the trained own-part agent"), ("alone-full-magrpo-lora",
                                                                      "the trained everything-agent")) if (t, a, b) in by]
-        line = f"- {t}, {a}: {interval(r['sampled'])}; " + ", ".join(parts)
+        line = f"- {t}, {a}: {interval(r['sampled'])}" + ("; " + ", ".join(parts) if parts else "")
         if info.get((t, a)) is not None and info.get((t, "team-base")) is not None:
             chance = r.get("used_partner_info_chance")
             line += (f"; answers used the partner's part {100 * info[t, a]:.0f}% of the time "
