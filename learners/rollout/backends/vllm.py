@@ -39,7 +39,6 @@ from __future__ import annotations
 
 import os
 import shutil
-import tempfile
 import threading
 import time
 import weakref
@@ -54,7 +53,7 @@ from learners.rollout.backends.sampling import logits_processor_fields
 from learners.rollout.backends.vllm_engines import (
     EngineSpec,
     acquire_engine,
-    adapter_scratch,
+    adapter_root,
     base_weights,
     check_temperature,
     check_vllm_arguments,
@@ -113,7 +112,7 @@ class VLLMBackend:
         self.engine_agents = list(groups.values())  # engine e serves these agents
         self.engine_of = {a: e for e, members in enumerate(self.engine_agents) for a in members}
         self.lock = threading.Lock()  # one call at a time per backend: engines are not thread-safe
-        self.adapter_root = tempfile.mkdtemp(prefix="comlrl-vllm-adapters-", dir=adapter_scratch())
+        self.adapter_root = adapter_root()
         # The adapter folders go with the backend, and at exit too: in /dev/shm they would outlive the process.
         self.remove_adapters = weakref.finalize(self, shutil.rmtree, self.adapter_root, ignore_errors=True)
         self.adapters: dict[int, Any] = {}  # agent -> its current LoRARequest
