@@ -267,6 +267,20 @@ def credit(right: set[int], held: tuple[int, ...]) -> float:
     return 0.5 if right - set(held) else 0.0
 
 
+def read_pair(text: str, vocabularies: tuple[tuple[str, ...], tuple[str, ...]], kinds: tuple[str, str],
+              parts: tuple[str, str]) -> tuple[set[int], str | None]:
+    """How SecretPair and GridPick read an answer: the one word of each vocabulary it names (one may be missing,
+    and is then wrong). The parts it gets right, and why it is invalid: it names no word of either, or two
+    different words of one (None when well formed)."""
+    found = [named(text, vocabulary) for vocabulary in vocabularies]
+    if not any(found):
+        return set(), f"no {kinds[0]} or {kinds[1]} in the answer"
+    if any(len(f) > 1 for f in found):
+        return set(), (f"the answer names {len(found[0])} {kinds[0]}s and {len(found[1])} {kinds[1]}s; "
+                       "name one of each")
+    return {p for p in (0, 1) if found[p] == [parts[p]]}, None
+
+
 class SecretPair(_PrivateInfoTask):
     """agent_0 holds a colour, agent_1 an animal; each answers with the pair (see the module docstring)."""
 
@@ -294,13 +308,7 @@ class SecretPair(_PrivateInfoTask):
         return " ".join(self.task["parts"])
 
     def read(self, text: str) -> tuple[set[int], str | None]:
-        found = (named(text, COLOURS), named(text, ANIMALS))
-        if not any(found):
-            return set(), "no colour or animal in the answer"
-        if any(len(f) > 1 for f in found):
-            return set(), (f"the answer names {len(found[0])} colours and {len(found[1])} animals; "
-                           "name one of each")
-        return {p for p in (0, 1) if found[p] == [self.task["parts"][p]]}, None
+        return read_pair(text, (COLOURS, ANIMALS), self.KINDS, self.task["parts"])
 
 
 class SharedPick(_PrivateInfoTask):
@@ -375,10 +383,4 @@ class GridPick(SharedPick):
         return f"{size} {colour}"
 
     def read(self, text: str) -> tuple[set[int], str | None]:
-        found = (named(text, COLOURS_8), named(text, SIZES))
-        if not any(found):
-            return set(), "no size or colour in the answer"
-        if any(len(f) > 1 for f in found):
-            return set(), (f"the answer names {len(found[1])} sizes and {len(found[0])} colours; "
-                           "name one of each")
-        return {p for p in (0, 1) if found[p] == [self.task["parts"][p]]}, None
+        return read_pair(text, (COLOURS_8, SIZES), self.KINDS, self.task["parts"])
