@@ -19,8 +19,9 @@ T975 = {1: 12.706, 2: 4.303, 3: 3.182, 4: 2.776, 5: 2.571, 6: 2.447, 7: 2.365, 8
 # ----- statistics over seeds ----------------------------------------------------------------------------------
 
 
-def over_seeds(metrics: list[dict[str, Any]]) -> dict[str, Any]:
-    """Reward of one row over its seeds (each `evaluate_policy` metrics of `episodes` episodes).
+def over_seeds(metrics: list[dict[str, Any]], seeds: list[int] | None = None) -> dict[str, Any]:
+    """Reward of one row over its seeds (each `evaluate_policy` metrics of `episodes` episodes; `seeds` names
+    them, 0, 1, ... when None).
 
     mean = (1/n) sum_i m_i over the n seed means, ci95_seeds = t_{0.975, n-1} s_m / sqrt(n) (None for one seed);
     pooled over all N = sum_i N_i episodes: M = sum_i N_i m_i / N,
@@ -35,23 +36,37 @@ def over_seeds(metrics: list[dict[str, Any]]) -> dict[str, Any]:
     return {"mean": float(means.mean()), "ci95_seeds": float(T975[n - 1] * means.std(ddof=1) / math.sqrt(n))
             if n > 1 else None, "pooled_mean": pooled, "pooled_std": math.sqrt(var),
             "pooled_ci95": 1.96 * math.sqrt(var / total), "episodes": int(total), "seed_means": means.tolist(),
-            "seed_ci95": [m["reward_ci95"] for m in metrics]}
+            "seed_ci95": [m["reward_ci95"] for m in metrics],
+            "seeds": list(range(n)) if seeds is None else list(seeds)}
 
 
-def difference(a: dict[str, Any], b: dict[str, Any]) -> dict[str, Any]:
-    """a - b of two rows' `over_seeds`: over seeds paired by seed (same seed, same held-out episodes),
-    mean(d) +- t_{0.975, n-1} s_d / sqrt(n); pooled over episodes, M_a - M_b +- 1.96 sqrt(var_a/N_a + var_b/N_b).
-    `verdict`: "above" / "below" when that interval (over seeds; pooled for one seed) excludes 0;
-    `intervals_apart`: "up" / "down" when the two rows' own intervals do not overlap (`results.apart`), else "no"."""
-    d = np.array(a["seed_means"]) - np.array(b["seed_means"])
+def difference(a: dict[str, Any], b: dict[str, Any]) -> dict[str, Any] | None:
+    """a - b of two rows' `over_seeds`, over the seeds both have (None when none): paired by seed (same seed,
+    same held-out episodes), mean(d) +- t_{0.975, n-1} s_d / sqrt(n); pooled over each row's episodes,
+    M_a - M_b +- 1.96 sqrt(var_a/N_a + var_b/N_b). `verdict`: "above" / "below" when the seed interval
+    excludes 0; with one common seed s, when d_s +- sqrt(ci_a,s^2 + ci_b,s^2) does (`ci95`: the interval
+    used). `intervals_apart`: "up" / "down" when the two rows' own intervals (over their seeds; pooled for a
+    row of one seed) do not overlap (`results.apart`), else "no". Example: a has seeds 0, 1 and b seed 0: d
+    is seed 0's difference, judged on seed 0's episodes."""
+    seeds = [s for s in a["seeds"] if s in b["seeds"]]
+    if not seeds:
+        return None
+    d = np.array([a["seed_means"][a["seeds"].index(s)] - b["seed_means"][b["seeds"].index(s)] for s in seeds])
     n = len(d)
     seeds_ci = float(T975[n - 1] * d.std(ddof=1) / math.sqrt(n)) if n > 1 else None
+    pooled = a["pooled_mean"] - b["pooled_mean"]
     pooled_ci = 1.96 * math.sqrt(a["pooled_std"] ** 2 / a["episodes"] + b["pooled_std"] ** 2 / b["episodes"])
-    ci = seeds_ci if seeds_ci is not None else pooled_ci
-    verdict = "above" if d.mean() - ci > 0 else "below" if d.mean() + ci < 0 else "within CI"
-    as_row = lambda s: {"reward_mean": s["mean"], "reward_ci95": s["ci95_seeds"] if n > 1 else s["pooled_ci95"]}  # noqa: E731
-    return {"mean": float(d.mean()), "ci95_seeds": seeds_ci, "pooled": a["pooled_mean"] - b["pooled_mean"],
-            "pooled_ci95": pooled_ci, "verdict": verdict, "intervals_apart": apart(as_row(a), as_row(b)) or "no"}
+    if seeds_ci is None:  # one seed: its two evaluations' own intervals
+        one = seeds[0]
+        ci = math.hypot(a["seed_ci95"][a["seeds"].index(one)], b["seed_ci95"][b["seeds"].index(one)])
+    else:
+        ci = seeds_ci
+    mean = float(d.mean())
+    verdict = "above" if mean - ci > 0 else "below" if mean + ci < 0 else "within CI"
+    own = lambda s: {"reward_mean": s["mean"], "reward_ci95": s["ci95_seeds"] if s["ci95_seeds"] is not None  # noqa: E731
+                     else s["pooled_ci95"]}
+    return {"mean": mean, "ci95_seeds": seeds_ci, "ci95": ci, "pooled": pooled, "pooled_ci95": pooled_ci,
+            "seeds": seeds, "verdict": verdict, "intervals_apart": apart(own(a), own(b)) or "no"}
 
 
 def summarize(task: str, cond: Any, results: list[dict[str, Any]]) -> dict[str, Any]:
@@ -59,7 +74,8 @@ def summarize(task: str, cond: Any, results: list[dict[str, Any]]) -> dict[str, 
     trainings = [r["training"] for r in results if r["training"] is not None]
     info = [r["sampled"]["used_partner_info_rate"] for r in results if "used_partner_info_rate" in r["sampled"]]
     return {"task": task, **dataclasses.asdict(cond), "seeds": [r["seed"] for r in results],
-            "sampled": over_seeds([r["sampled"] for r in results]), "greedy": over_seeds([r["greedy"] for r in results]),
+            "sampled": over_seeds([r["sampled"] for r in results], [r["seed"] for r in results]),
+            "greedy": over_seeds([r["greedy"] for r in results], [r["seed"] for r in results]),
             "used_partner_info_rate": float(np.mean(info)) if info else None,
             "used_partner_info_chance": results[0]["sampled"].get("used_partner_info_chance"),
             "invalid_action_rate": float(np.mean([r["sampled"]["invalid_action_rate"] for r in results])),
@@ -95,8 +111,9 @@ def build(results: dict[str, dict[str, Any]], tasks: list[str], conditions: list
                 n = min(len(x) for x, _ in runs)  # their rollouts line up
                 curves.setdefault(task, {})[cond.name] = (runs[0][0][:n], np.mean([y[:n] for _, y in runs], 0).tolist())
     by = {(r["task"], r["name"]): r for r in rows}
-    comparisons = [{"task": t, "a": a, "b": b, **difference(by[t, a]["sampled"], by[t, b]["sampled"])}
-                   for t in tasks for a, b in COMPARISONS if (t, a) in by and (t, b) in by]
+    pairs = [(t, a, b, difference(by[t, a]["sampled"], by[t, b]["sampled"]))
+             for t in tasks for a, b in COMPARISONS if (t, a) in by and (t, b) in by]
+    comparisons = [{"task": t, "a": a, "b": b, **d} for t, a, b, d in pairs if d is not None]
     made: dict[str, list[Any]] = {"seeds": sorted({r["seed"] for r in results.values()})}
     for r in results.values():
         for name, value in (r.get("settings") or {}).items():
@@ -135,11 +152,12 @@ def table(rows: list[dict[str, Any]]) -> str:
 
 
 def comparison_table(comparisons: list[dict[str, Any]]) -> str:
-    lines = ["| task | a − b | over seeds (paired, t95) | pooled episodes (95%) | a is | intervals apart |",
-             "|---|---|---|---|---|---|"]
+    lines = ["| task | a − b | paired seeds | over seeds (paired, t95) | pooled episodes (95%) | a is "
+             "| intervals apart |", "|---|---|---|---|---|---|---|"]
     for c in comparisons:
-        seeds = f"{c['mean']:+.3f} ± {c['ci95_seeds']:.3f}" if c["ci95_seeds"] is not None else f"{c['mean']:+.3f}"
-        lines.append(f"| {c['task']} | {c['a']} − {c['b']} | {seeds} | {c['pooled']:+.3f} ± {c['pooled_ci95']:.3f} "
+        seeds = f"{c['mean']:+.3f} ± {c['ci95']:.3f}" + ("" if c["ci95_seeds"] is not None else " (one seed)")
+        lines.append(f"| {c['task']} | {c['a']} − {c['b']} | {', '.join(map(str, c['seeds']))} | {seeds} "
+                     f"| {c['pooled']:+.3f} ± {c['pooled_ci95']:.3f} "
                      f"| {c['verdict']} | {c['intervals_apart']} |")
     return "\n".join(lines) + "\n"
 
@@ -152,8 +170,7 @@ def findings(rows: list[dict[str, Any]], comparisons: list[dict[str, Any]]) -> s
     out = []
 
     def said(c: dict[str, Any], what: str) -> str:
-        ci = c["ci95_seeds"] if c["ci95_seeds"] is not None else c["pooled_ci95"]
-        return f"{c['verdict'].replace('within CI', 'not apart from')} {what} ({c['mean']:+.3f} ± {ci:.3f})"
+        return f"{c['verdict'].replace('within CI', 'not apart from')} {what} ({c['mean']:+.3f} ± {c['ci95']:.3f})"
 
     for r in rows:
         if r["view"] != "team" or r["learner"] is None:

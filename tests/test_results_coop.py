@@ -160,7 +160,18 @@ def test_over_seeds_and_differences_by_hand():
     d = coop_report.difference(a, b)  # paired by seed: (0.1, 0.2)
     assert d["mean"] == pytest.approx(0.15)
     assert d["ci95_seeds"] == pytest.approx(12.706 * math.sqrt(0.005) / math.sqrt(2))
-    assert d["verdict"] == "within CI" and d["intervals_apart"] == "no"
+    assert d["verdict"] == "within CI" and d["intervals_apart"] == "no" and d["seeds"] == [0, 1]
+    # rows with different seeds pair on the seeds both have: here seed 1 alone, judged on its episodes
+    late = coop_report.over_seeds([{"reward_mean": 0.1, "reward_std": 0.1, "reward_ci95": 0.02, "episodes": 100}],
+                                  seeds=[1])
+    d = coop_report.difference(a, late)
+    assert d["seeds"] == [1] and d["mean"] == pytest.approx(0.4 - 0.1) and d["ci95_seeds"] is None
+    assert d["ci95"] == pytest.approx(math.hypot(0.0, 0.02)) and d["verdict"] == "above"  # 0.3 ± 0.02
+    assert d["pooled"] == pytest.approx(0.3 - 0.1)  # every episode of each row, for reference
+    assert d["intervals_apart"] == "no"  # a's own interval over its 2 seeds is wide
+    other = coop_report.over_seeds([{"reward_mean": 0.1, "reward_std": 0.1, "reward_ci95": 0.02, "episodes": 100}],
+                                   seeds=[2])
+    assert coop_report.difference(late, other) is None  # no seed in common: no comparison
 
 
 def test_only_picks_stages_by_the_parts_of_their_keys():
