@@ -273,6 +273,7 @@ def test_adapter_folders_of_gone_processes_are_swept_and_live_ones_kept(tmp_path
     """A torchrun rank killed by SIGTERM runs no finalizer: its adapter folder in /dev/shm would stay until
     reboot, so the next backend removes the folders whose process is gone and that were idle 10 minutes."""
     import os
+    import pathlib
     import subprocess
     import sys
     import time
@@ -284,7 +285,7 @@ def test_adapter_folders_of_gone_processes_are_swept_and_live_ones_kept(tmp_path
     gone.wait()
     old = time.time() - 3600
 
-    def folder(name: str, idle: bool) -> object:
+    def folder(name: str, idle: bool) -> "pathlib.Path":
         path = tmp_path / name
         path.mkdir()
         (path / "adapter_config.json").write_text("{}")
