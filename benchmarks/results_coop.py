@@ -6,8 +6,8 @@
     python benchmarks/results_coop.py --smoke --model-dir TINY      # every stage at toy sizes, into <out>-smoke
     python benchmarks/results_coop.py --docs-only --docs            # the results page from the committed units
 
-The private-information tasks (`coop/SecretPair-v1`, `coop/GridPick-v1`, docs/tasks.md; GridPick replaced
-SharedPick, whose item-name lookup the model did not learn: docs/results.md) in three views of the same
+The private-information tasks (`coop/SecretPair-v1`, `coop/Picnic-v1`, docs/tasks.md; Picnic replaced GridPick,
+which a team did not learn at this budget, and GridPick SharedPick: docs/results.md) in three views of the same
 instances: the team (2 agents; turn 0 each sends the other a message, turn 1 both answer), one agent given
 everything ("full") and one agent given only its own part ("own"). For each task and seed (`--seeds`,
 default 0 1 2) one stage per condition (`CONDITIONS`) trains (if it is a trained condition) and evaluates:
@@ -71,7 +71,7 @@ from coop_report import comparison_table, exchanges, findings, table  # noqa: E4
 from results import (EVAL_EPISODES, EVAL_SEED, LORA, SAMPLING, SPLIT_SEED, Task, curve, fit,  # noqa: E402
                      plot, replace_block, smollm2, write_json)
 
-TASKS = {"secretpair": "coop/SecretPair-v1", "gridpick": "coop/GridPick-v1"}
+TASKS = {"secretpair": "coop/SecretPair-v1", "picnic": "coop/Picnic-v1"}
 SEEDS = (0, 1, 2)
 # Sampled completions per trained condition, all agents and turns together (issue 44: SecretPair's team
 # plateaued by 1,088 completions on seed 0; 20 rollouts of 64 leave 3 past it. docs/DESIGN.md "## Issue 44").

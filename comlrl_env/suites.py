@@ -36,7 +36,7 @@ suites: dict[str, list[str]] = {
     "code": ["code/HumanEvalCoop-v2", "code/HumanEvalCoopMultiTurn-v3"],
     "writing": ["writing/DocSummary-v1", "writing/DocSummaryGeneralSum-v1"],
     "basic": ["coop/LengthRatio-v1", "coop/GuessNumber-v1", "general/SplitPie-v1"],
-    "private_info": ["coop/SecretPair-v1", "coop/SharedPick-v1", "coop/GridPick-v1"],
+    "private_info": ["coop/SecretPair-v1", "coop/Picnic-v1", "coop/SharedPick-v1", "coop/GridPick-v1"],
     "games": [
         "openspiel/tiny_hanabi-v0",
         "openspiel/hanabi-v0",

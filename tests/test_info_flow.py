@@ -328,8 +328,8 @@ def test_maac_critic_on_secret_pair_reads_both_secrets_and_both_messages(tiny_di
 
 
 def silent_guess(obs, envs):
-    """No message; then each agent answers its own part with a fixed guess at its partner's: SecretPair's
-    colour holder "<colour> cat", animal holder "red <animal>"; SharedPick's the first listed item with its
+    """No message; then each agent answers its own part with a fixed guess at its partner's: SecretPair's (and
+    Picnic's) part-0 holder "<its word> <the first part-1 word>", part-1 holder the other way; SharedPick's the first listed item with its
     own attribute; GridPick's colour holder "small <colour>", size holder "<size> <first listed colour>"."""
     actions = []
     for o, env in zip(obs, envs):
@@ -344,12 +344,13 @@ def silent_guess(obs, envs):
             pick = {p: next(n for n, attrs in env.task["items"].items() if attrs[p] == parts[p]) for p in (0, 1)}
             actions.append({"agent_0": pick[0], "agent_1": pick[1]})
         else:
-            actions.append({"agent_0": f"{parts[0]} cat", "agent_1": f"red {parts[1]}"})
+            first = [vocabulary[0] for vocabulary in env.VOCABULARIES]
+            actions.append({"agent_0": f"{parts[0]} {first[1]}", "agent_1": f"{first[0]} {parts[1]}"})
     return actions
 
 
-@pytest.mark.parametrize("task, chance", [("coop/SecretPair-v1", 1 / 12), ("coop/SharedPick-v1", 1 / 3),
-                                          ("coop/GridPick-v1", 1 / 3)])
+@pytest.mark.parametrize("task, chance", [("coop/SecretPair-v1", 1 / 12), ("coop/Picnic-v1", 1 / 12),
+                                          ("coop/SharedPick-v1", 1 / 3), ("coop/GridPick-v1", 1 / 3)])
 def test_the_rate_comes_with_its_chance_level_which_silent_guessing_reaches_exactly(task, chance):
     from comlrl_env import make
 

@@ -1,4 +1,4 @@
-"""coop/SecretPair-v1, coop/SharedPick-v1 and coop/GridPick-v1: hand-scored answers, the three views, the info-flow fields, and a
+"""coop/SecretPair-v1, coop/Picnic-v1, coop/SharedPick-v1 and coop/GridPick-v1: hand-scored answers, the three views, the info-flow fields, and a
 tiny model playing a team episode (its message reaches the partner; both answers count)."""
 
 from __future__ import annotations
@@ -16,7 +16,7 @@ from comlrl_env.tasks.private_info import ANIMALS, COLOURS, VIEWS, credit
 from comlrl_env.testing import check_env, check_task
 from learners.models.policy import AgentPolicy
 
-IDS = ["coop/SecretPair-v1", "coop/SharedPick-v1", "coop/GridPick-v1"]
+IDS = ["coop/SecretPair-v1", "coop/Picnic-v1", "coop/SharedPick-v1", "coop/GridPick-v1"]
 
 
 def answer_step(env_id: str, task_index: int, first: str, second: str, messages=("hi", "hello")):
@@ -58,6 +58,33 @@ def test_secret_pair_answers(first, second, expected, flagged):
     _, (_, rewards, terminations, _, infos) = answer_step("coop/SecretPair-v1", 0, first, second)
     assert rewards == {"agent_0": pytest.approx(expected), "agent_1": pytest.approx(expected)}
     assert all(terminations.values())
+    assert {a for a in infos if "invalid_action" in infos[a]} == flagged
+
+
+# Task 14 of Picnic: agent_0 knows the fruit (pear), agent_1 the place (station). Read as SecretPair's pairs.
+PICNIC = [
+    ("pear station", "Bring the PEAR to the station.", 1.0, set()),
+    # each repeats its own part only, or keeps it and guesses the other wrong
+    ("pear", "station", 0.0, set()),
+    ("pear zoo", "apple station", 0.0, set()),
+    # each names only its partner's part: half credit
+    ("station", "pear", 0.5, set()),
+    # a colour or an animal is no fruit or place here
+    ("red cat", "pear station", 0.5, {"agent_0"}),
+    # two fruits or two places void the answer, even with the right pair inside
+    ("pear plum station", "pear station park", 0.0, {"agent_0", "agent_1"}),
+    ("", "qzx plor wum", 0.0, {"agent_0", "agent_1"}),
+]
+
+
+@pytest.mark.parametrize("first, second, expected, flagged", PICNIC)
+def test_picnic_answers(first, second, expected, flagged):
+    env, (_, rewards, _, _, infos) = answer_step("coop/Picnic-v1", 14, first, second)
+    assert env.task["parts"] == ("pear", "station") and env.answer_text() == "pear station"
+    assert env.prompt_history["agent_0"][1] == (
+        'You know the fruit to bring: pear.\nYour partner\'s message: "hello"\n'
+        "Name the fruit to bring and the meeting place. Answer with two words, like: <fruit> <place>\n")
+    assert rewards == {"agent_0": pytest.approx(expected), "agent_1": pytest.approx(expected)}
     assert {a for a in infos if "invalid_action" in infos[a]} == flagged
 
 
@@ -193,8 +220,8 @@ def best_guess_rate(env_id: str) -> float:
     return metrics["reward_mean"]
 
 
-@pytest.mark.parametrize("env_id, chance", [("coop/SecretPair-v1", 1 / 12), ("coop/SharedPick-v1", 1 / 3),
-                                            ("coop/GridPick-v1", 1 / 3)])
+@pytest.mark.parametrize("env_id, chance", [("coop/SecretPair-v1", 1 / 12), ("coop/Picnic-v1", 1 / 12),
+                                            ("coop/SharedPick-v1", 1 / 3), ("coop/GridPick-v1", 1 / 3)])
 def test_the_own_views_prompt_tells_nothing_about_the_hidden_part(env_id, chance):
     # v0 showed part index % 2: a parity guess earned 0.125 on SecretPair and 0.667 on SharedPick
     assert best_guess_rate(env_id) == pytest.approx(chance, abs=1e-12)  # the best guess is a uniform one's

@@ -125,11 +125,11 @@ def test_smoke_run_writes_one_file_per_unit_resumes_and_rebuilds_the_docs_from_t
 @pytest.mark.slow
 def test_smoke_run_of_every_stage_writes_one_file_per_unit_resumes_and_rebuilds_the_docs(capsys, tiny_dir,
                                                                                            tmp_path):
-    """All 24 stages (both seeds of secretpair, seed 0 of gridpick; 15 trainings): every learner's branch and
+    """All 24 stages (both seeds of secretpair, seed 0 of picnic; 15 trainings): every learner's branch and
     every comparison, including a row of one seed beside rows of two."""
     check_pipeline(capsys, tiny_dir, tmp_path, ["secretpair", "seed0"],
                    [(t, c.name) for t in results_coop.TASKS for c in results_coop.CONDITIONS],
-                   {"secretpair": [0, 1], "gridpick": [0]}, "gridpick/seed0/team-base")
+                   {"secretpair": [0, 1], "picnic": [0]}, "picnic/seed0/team-base")
 
 
 @pytest.mark.parametrize("task", list(results_coop.TASKS))
@@ -177,7 +177,7 @@ def test_over_seeds_and_differences_by_hand():
 def test_only_picks_stages_by_the_parts_of_their_keys():
     key = "secretpair/seed1/team-iac-lora"
     assert all(results_coop.selected(key, [o]) for o in ("secretpair", "seed1/team-iac-lora", key))
-    assert not any(results_coop.selected(key, [o]) for o in ("gridpick", "seed0", "secretpair/team-base"))
+    assert not any(results_coop.selected(key, [o]) for o in ("picnic", "seed0", "secretpair/team-base"))
 
 
 def test_replace_block_keeps_the_rest_of_the_page(tmp_path):

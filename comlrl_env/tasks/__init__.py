@@ -12,7 +12,7 @@ register("coop/GuessNumber-v1", entry_point=GuessNumber)
 register("general/SplitPie-v1", entry_point=SplitPie)
 
 from comlrl_env.tasks.code import HumanEvalCoop, HumanEvalCoopMultiTurn  # noqa: E402
-from comlrl_env.tasks.private_info import GridPick, SecretPair, SharedPick  # noqa: E402
+from comlrl_env.tasks.private_info import GridPick, Picnic, SecretPair, SharedPick  # noqa: E402
 from comlrl_env.tasks.smoke import Arithmetic, FormatAgreement  # noqa: E402
 from comlrl_env.tasks.writing import DocSummary, DocSummaryGeneralSum  # noqa: E402
 
@@ -24,6 +24,7 @@ __all__ += [
     "GridPick",
     "HumanEvalCoop",
     "HumanEvalCoopMultiTurn",
+    "Picnic",
     "SecretPair",
     "SharedPick",
 ]
@@ -35,6 +36,7 @@ register("code/HumanEvalCoopMultiTurn-v3", entry_point=HumanEvalCoopMultiTurn)
 register("writing/DocSummary-v1", entry_point=DocSummary)
 register("writing/DocSummaryGeneralSum-v1", entry_point=DocSummaryGeneralSum)
 register("coop/SecretPair-v1", entry_point=SecretPair)  # view="team" | "full" | "own"
+register("coop/Picnic-v1", entry_point=Picnic)
 register("coop/SharedPick-v1", entry_point=SharedPick)
 register("coop/GridPick-v1", entry_point=GridPick)
 

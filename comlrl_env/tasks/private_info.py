@@ -1,5 +1,5 @@
-"""coop/SecretPair-v1, coop/SharedPick-v1 and coop/GridPick-v1: private-information tasks a team solves only by
-talking.
+"""coop/SecretPair-v1, coop/Picnic-v1, coop/SharedPick-v1 and coop/GridPick-v1: private-information tasks a team
+solves only by talking.
 
 Each agent sees a different part of what the answer needs (part 0 and part 1 of the instance). A team
 episode has two turns: a **message** turn, in which each agent sends its partner a short text, then an
@@ -52,6 +52,20 @@ Observations of the `team` view (agent_0; agent_1's swap colour and animal):
     Your partner's message: "<what agent_1 sent>"
     Name the secret colour and the secret animal. Answer with two words, like: <colour> <animal>
 
+## coop/Picnic-v1
+
+SecretPair's structure, chance level (1/12) and reading with another scenario and other words: `agent_0` knows
+the fruit to bring, `agent_1` the meeting place (12 each: `FRUITS`, `PLACES`); the answer is both, e.g.
+`plum zoo`. 144 instances: `task_index = 12 * i + j` is fruit `i` and place `j`. It is GridPick's successor in
+the cooperation results (docs/results.md): at GridPick's chance level of 1/3 a silent team's lucky guesses earn
+a third of the credit, and a SmolLM2-135M team did not learn to pass its part there.
+
+    You know the fruit to bring: plum. Your partner knows the meeting place. Send your partner a short message.
+
+    You know the fruit to bring: plum.
+    Your partner's message: "<what agent_1 sent>"
+    Name the fruit to bring and the meeting place. Answer with two words, like: <fruit> <place>
+
 ## coop/SharedPick-v1
 
 Both agents see a catalogue of 9 items, every combination of 3 sizes (`SIZES`) and 3 of 8 colours, each
@@ -93,8 +107,9 @@ structure, its chance level (1/3) and its credit, and drops the lookup. (At the 
     Your partner's message: "<what agent_1 sent>"
     Name the target's size and colour. Answer with two words, like: <size> <colour>
 
-Versions: v1 (all three tasks; GridPick started at v1 so that the private-information tasks share a version): the `own` view has one instance per (instance, shown part). v0: the first; its
-`own` view showed part `task_index % 2`, which told a lone agent the parity of the index (SecretPair: the
+Versions: v1 (all four tasks; GridPick and Picnic started at v1 so that the private-information tasks share a
+version): the `own` view has one instance per (instance, shown part). v0: the first; its `own` view showed
+part `task_index % 2`, which told a lone agent the parity of the index (SecretPair: the
 hidden animal's; SharedPick, with the catalogue, the target's), so a parity guess earned 0.125 and 0.667
 there against the chance levels 1/12 and 1/3. The `team` and `full` views are unchanged.
 """
@@ -108,7 +123,8 @@ from typing import Any
 
 from comlrl_env.base import AgentID, TextParallelEnv
 
-__all__ = ["ANIMALS", "COLOURS", "COLOURS_8", "ITEMS", "SIZES", "VIEWS", "GridPick", "SecretPair", "SharedPick"]
+__all__ = ["ANIMALS", "COLOURS", "COLOURS_8", "FRUITS", "ITEMS", "PLACES", "SIZES", "VIEWS", "GridPick", "Picnic",
+           "SecretPair", "SharedPick"]
 
 VIEWS = ("team", "full", "own")
 MESSAGE_CHARS = 200  # a message is clipped to this many characters, in the partner's prompt and in infos
@@ -117,6 +133,9 @@ COLOURS = ("red", "blue", "green", "yellow", "black", "white", "pink", "brown", 
 ANIMALS = ("cat", "dog", "cow", "pig", "fox", "owl", "bee", "horse", "sheep", "duck", "bear", "lion")
 COLOURS_8 = ("red", "blue", "green", "yellow", "black", "white", "brown", "orange")
 SIZES = ("small", "medium", "large")
+FRUITS = ("apple", "pear", "plum", "grape", "lemon", "peach", "cherry", "mango", "banana", "kiwi", "lime", "fig")
+PLACES = ("park", "library", "station", "museum", "beach", "market", "school", "bank", "church", "hotel", "zoo",
+          "garden")
 ITEMS = ("box", "cup", "hat", "bag", "key", "pen", "cap", "jar", "ball", "book", "bell", "coin", "ring", "sock",
          "lamp", "fork")
 ALIASES = {"grey": "gray"}
@@ -289,10 +308,11 @@ class SecretPair(_PrivateInfoTask):
     question = "Name the secret colour and the secret animal. Answer with two words, like: <colour> <animal>"
     role_names = ("colour holder", "animal holder")
     KINDS = ("colour", "animal")
+    VOCABULARIES = (COLOURS, ANIMALS)  # part 0's words, part 1's (as many of each)
 
     def instance(self, index: int) -> dict:
-        i, j = divmod(index, len(ANIMALS))
-        return {"parts": (COLOURS[i], ANIMALS[j])}
+        i, j = divmod(index, len(self.VOCABULARIES[1]))
+        return {"parts": (self.VOCABULARIES[0][i], self.VOCABULARIES[1][j])}
 
     def known(self, part: int) -> str:
         return f"You hold the secret {self.KINDS[part]}: {self.task['parts'][part]}."
@@ -308,7 +328,29 @@ class SecretPair(_PrivateInfoTask):
         return " ".join(self.task["parts"])
 
     def read(self, text: str) -> tuple[set[int], str | None]:
-        return read_pair(text, (COLOURS, ANIMALS), self.KINDS, self.task["parts"])
+        return read_pair(text, self.VOCABULARIES, self.KINDS, self.task["parts"])
+
+
+class Picnic(SecretPair):
+    """agent_0 knows the fruit to bring, agent_1 the meeting place; each answers with both (module docstring)."""
+
+    metadata = {**SecretPair.metadata, "name": "coop/Picnic-v1", "num_tasks": len(FRUITS) * len(PLACES),
+                "partner_info_chance": 1 / len(PLACES)}  # 12 fruits, 12 places
+    question = "Name the fruit to bring and the meeting place. Answer with two words, like: <fruit> <place>"
+    role_names = ("fruit holder", "place holder")
+    KINDS = ("fruit", "place")
+    VOCABULARIES = (FRUITS, PLACES)
+    _THINGS = ("the fruit to bring", "the meeting place")
+
+    def known(self, part: int) -> str:
+        return f"You know {self._THINGS[part]}: {self.task['parts'][part]}."
+
+    def hidden(self, part: int, partner: bool) -> str:
+        return (f"Your partner knows {self._THINGS[part]}." if partner
+                else f"{self._THINGS[part].capitalize()} is hidden from you.")
+
+    def message_hint(self, part: int) -> str:
+        return f"Bring {self.task['parts'][part]}." if part == 0 else f"We meet at the {self.task['parts'][part]}."
 
 
 class SharedPick(_PrivateInfoTask):
