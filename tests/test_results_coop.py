@@ -80,6 +80,7 @@ def check_pipeline(capsys: pytest.CaptureFixture, tiny_dir: str, tmp_path: Path,
         e = json.loads(path.read_text())
         assert path.relative_to(units).as_posix() == f"{e['task']}/seed{e['seed']}/{e['name']}.json"
         assert len(e["examples"]) == results_coop.EXAMPLES and e["settings"]["budget"] == 64
+        assert e["settings"]["lr_schedule"] == results_coop.LR_SCHEDULE
         assert len(e["examples"][0]["turns"]) == (2 if e["view"] == "team" else 1)
         assert set(e["examples"][0]["turns"][0]) == ({"agent_0", "agent_1"} if e["view"] == "team" else {"agent_0"})
         assert (e["curve"] is None) == (e["learner"] is None) and e["seconds_train"] >= 0
@@ -108,6 +109,7 @@ def check_pipeline(capsys: pytest.CaptureFixture, tiny_dir: str, tmp_path: Path,
                               "--docs-page", str(page)]) == 0
     text = page.read_text()
     assert text.startswith("# Results\n\nhand-written\n") and "<!-- results-coop:begin -->" in text
+    assert f"lr {results_coop.LR} {results_coop.LR_SCHEDULE};" in text
     assert "seeds 0 / 1;" in text and "sampled 64 completions" in text and (page.parent / "img" / "results-coop.png").is_file()
     assert (tmp_path / "rebuilt" / "results.md").read_text() in text
     timeless = lambda rows: [{k: v for k, v in r.items() if not k.startswith("minutes")} for r in rows]  # noqa: E731
