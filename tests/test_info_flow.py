@@ -329,8 +329,9 @@ def test_maac_critic_on_secret_pair_reads_both_secrets_and_both_messages(tiny_di
 
 def silent_guess(obs, envs):
     """No message; then each agent answers its own part with a fixed guess at its partner's: SecretPair's (and
-    Picnic's) part-0 holder "<its word> <the first part-1 word>", part-1 holder the other way; SharedPick's the first listed item with its
-    own attribute; GridPick's colour holder "small <colour>", size holder "<size> <first listed colour>"."""
+    Picnic's) part-0 holder "<its word> <the first part-1 word>", part-1 holder the other way; SharedPick's
+    the first listed item with its own attribute; GridPick's colour holder "small <colour>", size holder
+    "<size> <first listed colour>"."""
     actions = []
     for o, env in zip(obs, envs):
         if env.turn == 0:

@@ -1,5 +1,6 @@
-"""coop/SecretPair-v1, coop/Picnic-v1, coop/SharedPick-v1 and coop/GridPick-v1: hand-scored answers, the three views, the info-flow fields, and a
-tiny model playing a team episode (its message reaches the partner; both answers count)."""
+"""coop/SecretPair-v1, coop/Picnic-v1, coop/SharedPick-v1 and coop/GridPick-v1: hand-scored answers, the three
+views, the info-flow fields, and a tiny model playing a team episode (its message reaches the partner; both
+answers count)."""
 
 from __future__ import annotations
 

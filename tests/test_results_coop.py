@@ -176,6 +176,16 @@ def test_over_seeds_and_differences_by_hand():
     assert coop_report.difference(late, other) is None  # no seed in common: no comparison
 
 
+def test_units_made_before_the_lr_schedule_setting_read_as_constant(tmp_path):
+    old, new = tmp_path / "secretpair" / "seed0", tmp_path / "secretpair" / "seed1"
+    for folder, settings in ((old, {"lr": 5e-4}), (new, {"lr": 1e-3, "lr_schedule": "linear"})):
+        folder.mkdir(parents=True)
+        (folder / "team-base.json").write_text(json.dumps({"settings": settings}))
+    units = results_coop.load_units(str(tmp_path))
+    assert units["secretpair/seed0/team-base"]["settings"] == {"lr": 5e-4, "lr_schedule": "constant"}
+    assert units["secretpair/seed1/team-base"]["settings"] == {"lr": 1e-3, "lr_schedule": "linear"}
+
+
 def test_only_picks_stages_by_the_parts_of_their_keys():
     key = "secretpair/seed1/team-iac-lora"
     assert all(results_coop.selected(key, [o]) for o in ("secretpair", "seed1/team-iac-lora", key))
