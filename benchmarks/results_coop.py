@@ -410,8 +410,8 @@ def write_report(args: argparse.Namespace) -> str:
     report = coop_report.build(results, list(TASKS), CONDITIONS)
     first = min(r["seed"] for r in results.values())
     md = (table(report["rows"]) + "\nDifferences (a − b, held-out reward at T = 0.8). \"a is above/below\": the 95% "
-          "t-interval of the seed-paired difference excludes 0 (rows compare on the seeds both have; for one such seed, "
-          "its two evaluations' intervals combined); \"intervals apart\": the two rows' own intervals over their "
+          "t-interval of the seed-paired difference excludes 0 (rows compare on the seeds both have; for one such "
+          "seed, its two evaluations' intervals combined); \"intervals apart\": the two rows' own intervals over their "
           "seeds do not overlap.\n\n" + comparison_table(report["comparisons"])
           + "\nRead off the numbers:\n\n" + findings(report["rows"], report["comparisons"])
           + f"\nExample exchanges (seed {first}, the first two held-out episodes of each row, sampled; a team's turn 0 "
