@@ -7,7 +7,7 @@
     python benchmarks/results_coop.py --docs-only --docs            # the results page from the committed units
 
 The private-information tasks (`coop/SecretPair-v1`, `coop/Picnic-v1`, docs/tasks.md; Picnic replaced GridPick,
-which a team did not learn at this budget, and GridPick SharedPick: docs/results.md) in three views of the same
+which a team did not learn at this budget, and had replaced SharedPick: docs/results.md) in three views of the same
 instances: the team (2 agents; turn 0 each sends the other a message, turn 1 both answer), one agent given
 everything ("full") and one agent given only its own part ("own"). For each task and seed (`--seeds`,
 default 0-4) one stage per condition (`CONDITIONS`) trains (if it is a trained condition) and evaluates:
