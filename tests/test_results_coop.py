@@ -176,6 +176,18 @@ def test_over_seeds_and_differences_by_hand():
     assert coop_report.difference(late, other) is None  # no seed in common: no comparison
 
 
+def test_a_row_of_one_seed_is_judged_on_its_evaluations_interval_even_when_every_episode_scored_alike():
+    # Picnic's IAC team (seed 0) scored 0 in all 100 episodes: the pooled normal interval is 0.000 wide, the
+    # evaluation's own (Wilson, for rewards all 0 or 1) is 0.037. The untrained team over 5 seeds:
+    # 0.012 +- 2.776 * 0.00447 / sqrt(5) = 0.012 +- 0.0056, so a zero-width interval would sit below it.
+    zero = coop_report.over_seeds([{"reward_mean": 0.0, "reward_std": 0.0, "reward_ci95": 0.037, "episodes": 100}])
+    base = coop_report.over_seeds([{"reward_mean": m, "reward_std": 0.1, "reward_ci95": 0.012, "episodes": 100}
+                                   for m in (0.01, 0.01, 0.02, 0.01, 0.01)])
+    assert zero["pooled_ci95"] == 0.0 and base["mean"] - base["ci95_seeds"] > 0.006
+    d = coop_report.difference(zero, base)
+    assert d["verdict"] == "within CI" and d["intervals_apart"] == "no"
+
+
 def test_units_made_before_the_lr_schedule_setting_read_as_constant(tmp_path):
     old, new = tmp_path / "secretpair" / "seed0", tmp_path / "secretpair" / "seed1"
     for folder, settings in ((old, {"lr": 5e-4}), (new, {"lr": 1e-3, "lr_schedule": "linear"})):
