@@ -46,9 +46,9 @@ def difference(a: dict[str, Any], b: dict[str, Any]) -> dict[str, Any] | None:
     M_a - M_b +- 1.96 sqrt(var_a/N_a + var_b/N_b). `verdict`: "above" / "below" when the seed interval
     excludes 0; with one common seed s, when d_s +- sqrt(ci_a,s^2 + ci_b,s^2) does (`ci95`: the interval
     used). `intervals_apart`: "up" / "down" when the two rows' own intervals (over their seeds; for a row of
-    one seed, its evaluation's interval over instances: Wilson's when every reward is 0 or 1, where the pooled
-    normal one has width 0) do not overlap (`results.apart`), else "no". Example: a has seeds 0, 1 and b
-    seed 0: d is seed 0's difference, judged on seed 0's episodes."""
+    one seed, its evaluation's interval over instances, t or Wilson's, never the pooled normal one, which
+    has width 0 when every episode scored the same) do not overlap (`results.apart`), else "no". Example: a
+    has seeds 0, 1 and b seed 0: d is seed 0's difference, judged on seed 0's episodes."""
     seeds = [s for s in a["seeds"] if s in b["seeds"]]
     if not seeds:
         return None
