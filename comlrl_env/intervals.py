@@ -16,6 +16,11 @@ has the same per-task means, so the interval does not shrink with k. Two interva
   Wilson score interval at the effective sample size `n_eff = mean (1 - mean) / var` (the design effect, as
   Korn and Graubard do for clustered proportions), kept between the n tasks and the sum(m) trials. At a rate
   of 0 or 1 the variance says nothing, and `n_eff` is the n tasks: 8 failures of 8 give [0, 0.32], not 0 ± 0.
+  When tasks hold several trials each, the design effect is itself estimated from the n tasks, so the score
+  interval uses Student's t_{n-1} quantile in place of z (Korn and Graubard's degrees-of-freedom correction):
+  with z alone, 2 to 8 tasks of k = 8 trials covered 0.80 to 0.92 (task success ~ Beta(1, 1)); with t_{n-1},
+  0.96 to 1.00 in the same simulation. One trial per task (`m_i = 1`) needs no estimated design effect and
+  keeps z.
 
 Every function takes arrays whose last axis is the tasks and any leading (batch) axes, so a simulation can
 check thousands of benchmarks at once (`tests/test_intervals_coverage.py`).
@@ -101,9 +106,10 @@ def mean_interval(sums: np.ndarray, counts: np.ndarray) -> Interval:
     return Interval(mean, mean - half, mean + half)
 
 
-def wilson(rate: np.ndarray, n: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-    """The 95% Wilson score interval `(low, high)` of a proportion `rate` seen over `n` trials."""
-    z2 = Z95 ** 2 / n
+def wilson(rate: np.ndarray, n: np.ndarray, z: float = Z95) -> tuple[np.ndarray, np.ndarray]:
+    """The Wilson score interval `(low, high)` of a proportion `rate` seen over `n` trials, at quantile `z`
+    (95%: the normal one, or Student's t for an estimated `n`)."""
+    z2 = z ** 2 / n
     centre = (rate + z2 / 2) / (1 + z2)
     half = np.sqrt(z2 * rate * (1 - rate) + z2 ** 2 / 4) / (1 + z2)
     return np.clip(centre - half, 0.0, 1.0), np.clip(centre + half, 0.0, 1.0)
@@ -111,11 +117,17 @@ def wilson(rate: np.ndarray, n: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
 
 def rate_interval(hits: np.ndarray, trials: np.ndarray) -> Interval:
     """The Wilson interval over tasks of a rate: `hits[..., i]` of task i's `trials[..., i]` 0/1 outcomes were
-    1, at the effective sample size of the module docstring."""
+    1, at the effective sample size of the module docstring, with t_{n-1} in place of z when tasks hold several
+    trials (one task of several trials: [0, 1])."""
     rate, var, n = _ratio(hits, trials)
-    total = np.broadcast_to(np.asarray(trials, dtype=float), np.shape(hits)).sum(-1)
+    counts = np.broadcast_to(np.asarray(trials, dtype=float), np.shape(hits))
+    total = counts.sum(-1)
     with np.errstate(divide="ignore", invalid="ignore"):
         n_eff = np.where(var > 0, rate * (1 - rate) / var, total)
     n_eff = np.where((rate <= 0) | (rate >= 1), n, np.clip(n_eff, n, total))
-    low, high = wilson(rate, n_eff)
+    clustered = bool((counts > 1).any())  # the design effect is estimated from n tasks
+    z = (t_quantile(n - 1) if n > 1 else math.inf) if clustered else Z95
+    if math.isinf(z):
+        return Interval(rate, np.zeros_like(rate), np.ones_like(rate))
+    low, high = wilson(rate, n_eff, z)
     return Interval(rate, low, high)

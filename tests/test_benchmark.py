@@ -10,6 +10,7 @@ import comlrl_env
 from comlrl_env import TextParallelEnv
 from comlrl_env.benchmark import (empty_policy, evaluate_policy, instance_order, markdown_table, play_episodes,
                                   run_suite, team_table)
+from comlrl_env.intervals import t_quantile, wilson
 from learners.cli import main
 from learners.models.policy import AgentPolicy, agent_dirs
 
@@ -152,8 +153,11 @@ def test_a_0_1_reward_gets_a_wilson_interval_that_never_collapses():
     lucky = type("Lucky", (Coin,), {"wins": (3,)})
     four = evaluate_policy(lucky(), empty_policy, episodes=8, samples_per_task=4)  # the same task 4 times
     once = evaluate_policy(lucky(), empty_policy, episodes=8)
+    # n_eff is the 8 tasks, not the 32 episodes; and with 4 samples a task the design effect is estimated from
+    # those 8 tasks, so the quantile is t_7 (2.365), not z: wider than one sample a task, never narrower
     assert four["reward_mean"] == 0.125 and (four["reward_low"], four["reward_high"]) == pytest.approx(
-        (once["reward_low"], once["reward_high"]))  # n_eff is the 8 tasks, not the 32 episodes
+        wilson(0.125, 8, t_quantile(7)))
+    assert four["reward_low"] < once["reward_low"] and four["reward_high"] > once["reward_high"]
     assert four["pass_at_k"] == 0.125 and four["pass_at_k_high"] == pytest.approx(once["reward_high"])
     assert "0.125 [" in markdown_table([{"env": "e", "team": "t", **four}])
 

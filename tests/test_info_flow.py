@@ -20,6 +20,7 @@ from transformers import AutoTokenizer
 from comlrl_env import TextParallelEnv
 from comlrl_env.benchmark import evaluate_policy, markdown_table, play_episodes, run_suite
 from comlrl_env.info_flow import episode_record, used_partner_info_rate
+from comlrl_env.intervals import t_quantile
 from learners import IAC, MAAC, MAGRPO, IACConfig, MAACConfig, MAGRPOConfig
 from learners.loop.data import reset_roots
 from learners.models.critics import CausalLMWithValueHead
@@ -107,8 +108,10 @@ def test_episode_rows_say_what_each_agent_sent_and_answered_and_whether_it_used_
     path = tmp_path / "eval" / "episodes.jsonl"
     metrics = evaluate_policy(Whisper(), sharing_team((True, False)), episodes=4, episodes_path=str(path))
     assert metrics["used_partner_info_rate"] == 0.5  # agent_0 used agent_1's word in every episode, agent_1 never
-    # every episode's share is 0.5: no spread over tasks, so Wilson over the 8 answers
-    assert (metrics["used_partner_info_low"], metrics["used_partner_info_high"]) == pytest.approx(wilson(0.5, 8))
+    # every episode's share is 0.5: no spread over tasks, so Wilson over the 8 answers, at t_3 (4 tasks of 2
+    # answers: the design effect is estimated from 4 tasks)
+    assert (metrics["used_partner_info_low"], metrics["used_partner_info_high"]) == pytest.approx(
+        wilson(0.5, 8, t_quantile(3)))
     assert metrics["reward_mean"] == 0.5
     rows = [json.loads(line) for line in path.read_text().splitlines()]
     # the 4 instances, in the benchmark's seeded shuffle (instance_order(4, 4, seed=0))
@@ -130,8 +133,8 @@ def test_the_rate_counts_agent_answers_and_nothing_without_the_flag():
             {"used_partner_info": {"agent_0": True, "agent_1": True}}]
     rate, low, high = used_partner_info_rate(rows)
     # per-task counts 1 of 2 and 2 of 2: variance over tasks ((1 - 1.5)^2 + (2 - 1.5)^2) / (2 * 1 * 2^2) = 1/16,
-    # so the effective sample size is 0.75 * 0.25 / (1/16) = 3 answers
-    assert rate == 0.75 and (low, high) == pytest.approx(wilson(0.75, 3))
+    # so the effective sample size is 0.75 * 0.25 / (1/16) = 3 answers, at t_1 (two tasks)
+    assert rate == 0.75 and (low, high) == pytest.approx(wilson(0.75, 3, t_quantile(1)))
     assert used_partner_info_rate([]) is None
     assert episode_record({"agent_0": {"turn": 1}}, {"agent_0": "x"}, {"agent_0": 1.0}) is None
 
