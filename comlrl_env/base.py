@@ -92,11 +92,18 @@ class TextParallelEnv(ParallelEnv[AgentID, str, str], metaclass=abc.ABCMeta):
         "is_parallelizable": True,
         "reward_structure": "cooperative",  # "cooperative" | "competitive" | "general"
         "num_tasks": None,  # size of the finite task set, None when procedural
+        # Optional, read by the benchmark's intervals (`comlrl_env.benchmark.reward_interval`):
+        # "binary_reward": True when every episode's reward is 0 or 1 (a rate);
+        # "reward_range": (low, high) that every episode's reward lies in.
     }
+    """What the task is: `name` (its id), `render_modes`, `is_parallelizable`, `reward_structure`
+    ("cooperative", "competitive" or "general") and `num_tasks` (the size of its finite task set; None when
+    procedural). A task extends it: `metadata = {**TextParallelEnv.metadata, "name": "my/Task-v0", ...}`."""
     invalid_action_penalty: float = 0.0
-    #: Who pays `invalid_action_penalty`: every agent (True), the offender only (False), or None for the
-    #: default, shared in a cooperative task (a game whose players share a utility still charges the offender).
+    """Subtracted once per agent whose action is flagged invalid (a subclass sets it)."""
     invalid_action_penalty_shared: bool | None = None
+    """Who pays `invalid_action_penalty`: every agent (True), the offender only (False), or None for the
+    default, shared in a cooperative task (a game whose players share a utility still charges the offender)."""
 
     def __init__(
         self,

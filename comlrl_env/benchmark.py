@@ -23,8 +23,12 @@ it. Each interval comes as `<name>_low`, `<name>_high` and `<name>_ci95` (the la
 (policy, env):
 
 - `reward_mean`: mean over episodes of the mean per-agent undiscounted return, with `reward_std` (over
-  episodes) and its interval `reward_*`: the t interval over per-task means (t quantile with tasks - 1
-  degrees of freedom), or, when every reward is 0 or 1, the Wilson interval of a rate (below);
+  episodes) and its interval `reward_*`, chosen by what the task declares, never by the rewards seen
+  (`reward_interval`): the t interval over per-task means (t quantile with tasks - 1 degrees of freedom),
+  which assumes roughly symmetric per-task means (a long-tailed reward covers less); the Wilson interval of a
+  rate (below) when `metadata["binary_reward"]` says every reward is 0 or 1; a bounded width when
+  `metadata["reward_range"]` is declared and the tasks showed no spread; else, with no spread, an infinite
+  interval and `reward_no_spread` (the table says "no spread observed");
 - `episodes`: episodes played (task instances x k); `tasks`: distinct task instances among them;
 - `success_rate`: fraction of episodes whose joint return reaches the env's
   `metadata["success_threshold"]` (pass@1 for code tasks), where defined;
@@ -58,6 +62,7 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import math
 import os
 import time
 from typing import Any, Callable, Sequence
@@ -71,7 +76,7 @@ import matplotlib.pyplot as plt  # noqa: E402
 
 from comlrl_env.base import AgentID, TextParallelEnv
 from comlrl_env.info_flow import episode_record, partner_info_chance, used_partner_info_rate, write_records
-from comlrl_env.intervals import Interval, mean_interval, rate_interval
+from comlrl_env.intervals import Interval, bounded_interval, mean_interval, rate_interval
 from comlrl_env.policies import FixedPolicy
 from comlrl_env.registry import make
 from comlrl_env.suites import suites
@@ -80,6 +85,9 @@ __all__ = ["Episodes", "Policy", "empty_policy", "evaluate_policy", "fixed_team"
            "markdown_table", "play_episodes", "run_suite", "scripted_policies", "seated", "team_table"]
 
 Policy = Callable[[list[dict[AgentID, str]], list[TextParallelEnv]], list[dict[AgentID, str]]]
+"""A batched policy, `policy(observations, envs) -> actions`: one `{agent: observation}` dict per live episode
+in, one `{agent: action text}` dict per episode out; `envs` are the live environments (for scripted players
+that read the task; a model-backed policy such as `AgentPolicy` ignores them)."""
 METRICS = ("reward_mean", "success_rate", "invalid_action_rate", "tokens_per_episode", "episodes_per_second")
 OPTIONAL_METRICS = ("used_partner_info_rate", "used_partner_info_chance")  # columns only where some row has them
 INTERVAL_KEYS = {"reward_mean": "reward", "used_partner_info_rate": "used_partner_info"}  # else the metric's
@@ -231,7 +239,20 @@ def evaluate_policy(env: str | TextParallelEnv, policy: Policy, episodes: int, s
     """Play `episodes` task instances of `env`, each `samples_per_task` times, with `policy` in lockstep
     (`play_episodes`); return the metrics of the module docstring, with intervals over task instances (a
     finite task set's seeded shuffle, `instance_order`, else reset seeds `seed + i`). With `episodes_path`, write the
-    per-episode info-flow rows there as JSONL (an env that reports no `used_partner_info` writes no file)."""
+    per-episode info-flow rows there as JSONL (an env that reports no `used_partner_info` writes no file).
+
+    Args:
+        env: An env id (built with `make`) or an env instance.
+        policy: A batched policy, `policy(observations, envs) -> actions` (see `Policy`), e.g. an `AgentPolicy`.
+        episodes: Task instances to play (N).
+        seed: Seeds the instance order and the reset seeds.
+        samples_per_task: Episodes per task instance (k), with the same instance and reset seed.
+        episodes_path: A JSONL file for the per-episode info-flow rows; None writes none.
+
+    Returns:
+        `{metric: value}`: `reward_mean` and its interval, `episodes`, `tasks`, `invalid_action_rate`,
+        `return_<agent>`, `episodes_per_second`, and the optional metrics of the module docstring.
+    """
     template = make(env) if isinstance(env, str) else env
     tokens_before = getattr(policy, "tokens_generated", None)
     played_episodes = play_episodes(template, policy, episodes, seed, samples_per_task)
@@ -242,8 +263,7 @@ def evaluate_policy(env: str | TextParallelEnv, policy: Policy, episodes: int, s
     per_task = lambda x: np.bincount(task, weights=np.asarray(x, dtype=float))  # noqa: E731
     counts = per_task(np.ones(played))
     per_episode = np.array([sum(r.values()) / len(r) for r in returns])
-    binary = bool(np.isin(per_episode, (0.0, 1.0)).all())  # 0/1 rewards: a rate, with an interval that fits
-    reward = (rate_interval if binary else mean_interval)(per_task(per_episode), counts)
+    reward, no_spread = reward_interval(template, per_episode, per_task, counts)
     metrics = {
         "reward_mean": float(reward.estimate),
         "reward_std": float(per_episode.std(ddof=1)) if played > 1 else 0.0,
@@ -254,6 +274,8 @@ def evaluate_policy(env: str | TextParallelEnv, policy: Policy, episodes: int, s
         **{f"return_{agent}": sum(r[agent] for r in returns) / played for agent in template.possible_agents},
         "episodes_per_second": played / max(seconds, 1e-9),
     }
+    if no_spread:
+        metrics["reward_no_spread"] = 1.0
     if sum(played_episodes.actions_per_episode):
         metrics.update(_bounds("invalid_action_rate", rate_interval(per_task(played_episodes.invalid_per_episode),
                                                                     per_task(played_episodes.actions_per_episode))))
@@ -282,6 +304,34 @@ def evaluate_policy(env: str | TextParallelEnv, policy: Policy, episodes: int, s
     return metrics
 
 
+def reward_interval(env: TextParallelEnv, per_episode: np.ndarray, per_task: Callable[[Any], np.ndarray],
+                    counts: np.ndarray) -> tuple[Interval, bool]:
+    """The 95% interval of `reward_mean` and whether it rests on no observed spread, by what the task declares
+    (never by the rewards seen: a 0-or-100 reward that happened to score 0 every time is not a 0/1 rate).
+
+    - `metadata["binary_reward"]`: every episode's reward is 0 or 1, a rate: Wilson's interval
+      (`comlrl_env.intervals.rate_interval`);
+    - `metadata["reward_range"] = (a, b)`: the t interval over tasks, with a bounded width where the tasks
+      showed no spread (`comlrl_env.intervals.bounded_interval`);
+    - neither: the t interval; where the tasks showed no spread it is infinite and `reward_no_spread` is set
+      (the table says "no spread observed"), never 0 wide.
+    """
+    name = env.metadata.get("name", type(env).__name__)
+    if env.metadata.get("binary_reward", False):
+        if not np.isin(per_episode, (0.0, 1.0)).all():
+            odd = sorted(set(per_episode[~np.isin(per_episode, (0.0, 1.0))].tolist()))[:3]
+            raise ValueError(f"{name} declares metadata['binary_reward'] = True, but episodes scored {odd}; "
+                             "declare reward_range=(low, high) instead, or pay 0 or 1 per episode.")
+        return rate_interval(per_task(per_episode), counts), False
+    sums, reward_range = per_task(per_episode), env.metadata.get("reward_range")
+    if reward_range is not None:
+        return bounded_interval(sums, counts, reward_range), False
+    interval = mean_interval(sums, counts)
+    if len(sums) > 1 and float(interval.high - interval.low) == 0.0:
+        return Interval(interval.estimate, -math.inf, math.inf), True
+    return interval, False
+
+
 def _bounds(name: str, interval: Interval) -> dict[str, float]:
     """`<name>_low`, `<name>_high` and `<name>_ci95`, the larger side (`estimate ± ci95` holds the interval)."""
     return {f"{name}_ci95": float(interval.half_width), f"{name}_low": float(interval.low),
@@ -308,6 +358,17 @@ def run_suite(
     every metric) and `results.png` (the same means with their intervals). With `record_episodes` (and
     `out_dir`), each (env, team) whose env reports `used_partner_info` also writes its per-episode rows to
     `out_dir/episodes/<env>__<team>.jsonl` (`/` in names written as `_`).
+
+    Args:
+        suite: A suite name (a key of `comlrl_env.suites.suites`), or env ids and env instances.
+        policies: `{team name: policy}`; each policy is a batched `Policy`, e.g. an `AgentPolicy`.
+        episodes: Task instances per env (N); see `evaluate_policy`.
+        out_dir: Where to write `results.json`, `results.md` and `results.png`; None writes nothing.
+        seed: Seeds the instance order and the reset seeds, the same for every team.
+        scripted: Add the scripted reference rows: `empty`, `canonical` and each env's `reference_bots()`.
+        samples_per_task: Episodes per task instance (k).
+        metadata: Keys added to the result and `results.json` (e.g. the agents, settings and versions).
+        record_episodes: With `out_dir`, write the per-episode info-flow rows of each (env, team).
     """
     if isinstance(suite, str) and suite not in suites:
         raise ValueError(f"unknown suite {suite!r}; known: {sorted(suites)}.")
@@ -349,6 +410,8 @@ def _cell(row: dict[str, Any], metric: str) -> str:
     if f"{key}_low" not in row:
         return f"{row[metric]:.3f}"
     mean, low, high = row[metric], row[f"{key}_low"], row[f"{key}_high"]
+    if metric == "reward_mean" and row.get("reward_no_spread"):
+        return f"{mean:.3f} (no spread observed)"
     if np.isclose(mean - low, high - mean):
         return f"{mean:.3f} ± {high - mean:.3f}"
     return f"{mean:.3f} [{low:.3f}, {high:.3f}]"

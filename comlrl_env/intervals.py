@@ -22,6 +22,12 @@ has the same per-task means, so the interval does not shrink with k. Two interva
   0.96 to 1.00 in the same simulation. One trial per task (`m_i = 1`) needs no estimated design effect and
   keeps z.
 
+A reward that is not 0/1 but whose tasks all scored alike shows no spread, and its t interval would be 0 wide.
+When the task declares the range `[a, b]` its reward lies in, `bounded_interval` gives that case an honest width:
+no variable in `[a, b]` with mean mu varies more than a 0/1 one (variance at most (mu - a)(b - mu)), so the
+Wilson interval of the rescaled mean over the n tasks holds it. A task that declares no range gets an infinite
+interval there, and the benchmark says "no spread observed".
+
 Every function takes arrays whose last axis is the tasks and any leading (batch) axes, so a simulation can
 check thousands of benchmarks at once (`tests/test_intervals_coverage.py`).
 """
@@ -34,7 +40,7 @@ from typing import NamedTuple
 
 import numpy as np
 
-__all__ = ["Z95", "Interval", "mean_interval", "rate_interval", "t_quantile", "wilson"]
+__all__ = ["Z95", "Interval", "bounded_interval", "mean_interval", "rate_interval", "t_quantile", "wilson"]
 
 Z95 = 1.959963984540054
 """The two-sided 95% normal quantile."""
@@ -131,3 +137,22 @@ def rate_interval(hits: np.ndarray, trials: np.ndarray) -> Interval:
         return Interval(rate, np.zeros_like(rate), np.ones_like(rate))
     low, high = wilson(rate, n_eff, z)
     return Interval(rate, low, high)
+
+
+def bounded_interval(sums: np.ndarray, counts: np.ndarray, reward_range: tuple[float, float]) -> Interval:
+    """The t interval over tasks of a mean known to lie in `reward_range = (a, b)`, widened where the tasks
+    showed no spread: there the Wilson interval of the rescaled mean `(mean - a) / (b - a)` over the n tasks
+    (a 0/1 variable has the largest variance a variable in `[a, b]` can have), mapped back to `[a, b]`."""
+    a, b = float(reward_range[0]), float(reward_range[1])
+    if not b > a:
+        raise ValueError(f"reward_range must be (low, high) with low < high, got {reward_range!r}.")
+    interval = mean_interval(sums, counts)
+    n = np.shape(sums)[-1]
+    if n < 2:
+        return interval
+    flat = np.asarray(interval.high - interval.low) == 0  # every task's mean the same: no spread seen
+    scaled = np.clip((np.asarray(interval.estimate, dtype=float) - a) / (b - a), 0.0, 1.0)
+    clustered = bool((np.asarray(counts) > 1).any())
+    low, high = wilson(scaled, np.full(np.shape(scaled), float(n)), t_quantile(n - 1) if clustered else Z95)
+    low, high = np.where(flat, a + (b - a) * low, interval.low), np.where(flat, a + (b - a) * high, interval.high)
+    return Interval(interval.estimate, np.clip(low, a, b), np.clip(high, a, b))  # the mean lies in [a, b]

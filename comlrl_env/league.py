@@ -26,7 +26,8 @@ rates, and each player's invalid-answer rate.
 draw 1/2) under `P(i in seat 0 beats j) = 1 / (1 + 10^((R_j - R_i - h) / 400))` (Bradley-Terry on the Elo
 scale, with a seat term): h is what seat 0 (the first mover of a sequential game) gains over seat 1, fitted
 jointly, so a game's seat edge does not pull the ratings together. One virtual draw is added to every pair
-that played (half in each seat order), so a player that wins every game still gets a finite rating. The fit
+that played, split evenly over its games and seat orders (one prior per pair, however many games its record
+spans), so a player that wins every game still gets a finite rating. The fit
 is Newton's method on the log-likelihood, anchored: the random bot is 1000 when it plays, else the mean is
 1000. Ratings are fitted per game and over all games pooled (`overall`, with a first-move term per game).
 
@@ -44,6 +45,7 @@ import dataclasses
 import itertools
 import json
 import os
+import warnings
 from typing import Any, Sequence
 
 import numpy as np
@@ -188,25 +190,31 @@ class EloDesign:
     @classmethod
     def from_rows(cls, rows: Sequence[dict[str, Any]]) -> "EloDesign":
         """A group per row, or two (one per seat order) where the row has `first_wins`, `first_draws` and
-        `first_losses` (A's record in seat 0); each pair's virtual draw is split evenly between its groups."""
+        `first_losses` (A's record in seat 0). Each pair of players gets ONE virtual draw, split evenly between
+        all its groups, however its games are split into rows (games, seat orders): a pair's prior does not
+        grow with the number of games in a suite."""
         players = sorted({r[k] for r in rows for k in ("a", "b")})
         seat_games = list(dict.fromkeys(r.get("game", "") for r in rows if "first_wins" in r))
         at, D = {p: i for i, p in enumerate(players)}, len(players) - 1 + len(seat_games)
         X, scores, games, played = [], [], [], dict.fromkeys(players, 0)
-        for r in rows:
+        played_rows = [r for r in rows if r["wins"] + r["draws"] + r["losses"] > 0]
+        groups: dict[frozenset[str], int] = {}  # groups per pair: the virtual draw's share is 1 / this
+        for r in played_rows:
+            pair = frozenset((r["a"], r["b"]))
+            groups[pair] = groups.get(pair, 0) + (2 if "first_wins" in r else 1)
+        for r in played_rows:
             total = np.array([r["wins"], r["draws"], r["losses"]], dtype=float)
-            if total.sum() == 0:
-                continue
             played[r["a"]] += int(total.sum())
             played[r["b"]] += int(total.sum())
             x = np.zeros(D)
             x[at[r["a"]] - 1] += at[r["a"]] > 0
             x[at[r["b"]] - 1] -= at[r["b"]] > 0
+            share = 1.0 / groups[frozenset((r["a"], r["b"]))]
             if "first_wins" in r:
                 first = np.array([r["first_wins"], r["first_draws"], r["first_losses"]], dtype=float)
-                splits, share = [(first, 1.0), (total - first, -1.0)], 0.5
+                splits = [(first, 1.0), (total - first, -1.0)]
             else:
-                splits, share = [(total, 0.0)], 1.0
+                splits = [(total, 0.0)]
             for (w, d, l), seat in splits:
                 row = x.copy()
                 if seat:
@@ -226,10 +234,50 @@ class EloDesign:
         return np.block([[ratings, np.zeros((P, G))], [np.zeros((G, P - 1)), np.eye(G)]])
 
 
+def connected_parts(rows: Sequence[dict[str, Any]]) -> list[list[str]]:
+    """The players of match rows grouped into the parts that games connect (a player is in the part of every
+    opponent it played, directly or through others), each part sorted, largest first."""
+    parent: dict[str, str] = {}
+
+    def root(p: str) -> str:
+        while parent.setdefault(p, p) != p:
+            p = parent[p]
+        return p
+
+    for r in rows:
+        a, b = root(r["a"]), root(r["b"])  # every player is in some part, even one with no games yet
+        if r["wins"] + r["draws"] + r["losses"] > 0:
+            parent[a] = b
+    parts: dict[str, list[str]] = {}
+    for p in sorted(parent):
+        parts.setdefault(root(p), []).append(p)
+    return sorted(parts.values(), key=lambda part: (-len(part), part))
+
+
 def elo_ratings(rows: Sequence[dict[str, Any]]) -> dict[str, Any]:
     """Elo ratings and first-move edges of match rows (`a`, `b`, `wins`, `draws`, `losses`, and `game` and
     the `first_*` counts for a seat term), with 95% profile-likelihood intervals (module docstring):
-    `{"players": {player: {"elo", "low", "high", "games"}}, "first_move": {game: {"elo", "low", "high"}}}`."""
+    `{"players": {player: {"elo", "low", "high", "games"}}, "first_move": {game: {"elo", "low", "high"}}}`.
+
+    Ratings compare only players that games connect. When the rows fall into several parts that never met,
+    each part is rated on its own (anchored at the random bot where it plays in that part, else at a mean of
+    1000), every player carries its `part` (0 for the largest), and a warning names the parts: a rating in
+    one part says nothing about a player in another.
+    """
+    parts = connected_parts(rows)
+    if len(parts) > 1:
+        warnings.warn(f"the league's players fall into {len(parts)} parts that never played each other: "
+                      + "; ".join(f"part {i}: {', '.join(part)}" for i, part in enumerate(parts))
+                      + ". Each part is rated on its own; do not compare ratings across parts (add matches "
+                      "between them to rank everyone).", stacklevel=2)
+        fits = [_fit([r for r in rows if r["a"] in part], part_index=i) for i, part in enumerate(parts)]
+        return {"players": {p: v for fit in fits for p, v in fit["players"].items()},
+                "first_move": {g: v for fit in fits for g, v in fit["first_move"].items()}}
+    return _fit(rows)
+
+
+def _fit(rows: Sequence[dict[str, Any]], part_index: int | None = None) -> dict[str, Any]:
+    """`elo_ratings` of rows whose players games connect (`part_index`: the part they are, when several)."""
     design = EloDesign.from_rows(rows)
     if len(design.players) < 2:
         return {"players": {}, "first_move": {}}
@@ -239,6 +287,9 @@ def elo_ratings(rows: Sequence[dict[str, Any]]) -> dict[str, Any]:
     players = {p: {"elo": float(ANCHOR[1] + estimate[i]), "low": float(ANCHOR[1] + low[i]),
                    "high": float(ANCHOR[1] + high[i]), "games": design.played[p]}
                for i, p in enumerate(design.players)}
+    if part_index is not None:
+        for rating in players.values():
+            rating["part"] = part_index
     first_move = {g: {"elo": float(estimate[P + k]), "low": float(low[P + k]), "high": float(high[P + k])}
                   for k, g in enumerate(design.seat_games)}
     return {"players": players, "first_move": first_move}
@@ -253,6 +304,17 @@ def run_league(games: str | Sequence[str | TextParallelEnv], policies: dict[str,
     Returns (and writes to `out_dir` as `league.json` and `league.md`): `games` (per game: `rows`, one per
     pair, `ratings` and `first_move`, the seat-0 edge in Elo), `overall` (ratings over all games), `skipped`
     (games with no winner or not two players, with why), plus `metadata`.
+
+    Args:
+        games: A suite name (e.g. "games"), or env ids and env instances; games that are not two-player
+            competitive or general-sum are skipped.
+        policies: `{name: policy}`: benchmark policies (`comlrl_env.benchmark.Policy`, e.g. an `AgentPolicy`),
+            each able to play either seat.
+        episodes: Episodes per pair and seat order (each pair plays `2 * episodes` games).
+        out_dir: Where to write `league.json` and `league.md`; None writes nothing.
+        seed: Reset seeds are `seed .. seed + episodes - 1`, the same for every pair.
+        bots: Add each game's reference bots (`env.reference_bots()`: random, and MCTS where it applies).
+        metadata: Keys added to the result and `league.json` (e.g. the agents and versions).
     """
     if isinstance(games, str) and games not in suites:
         raise ValueError(f"unknown suite {games!r}; known: {sorted(suites)}.")
@@ -296,8 +358,10 @@ def run_league(games: str | Sequence[str | TextParallelEnv], policies: dict[str,
 def _ratings_lines(ratings: dict[str, dict[str, float]]) -> list[str]:
     lines = ["| player | Elo | 95% interval | games | not told apart from |", "|---|---|---|---|---|"]
     for p, r in sorted(ratings.items(), key=lambda kv: -kv[1]["elo"]):
-        close = [q for q, o in ratings.items() if q != p and o["low"] <= r["high"] and r["low"] <= o["high"]]
-        lines.append(f"| {p} | {r['elo']:.0f} | {r['low']:.0f} .. {r['high']:.0f} | {r['games']} | "
+        close = [q for q, o in ratings.items() if q != p and o["low"] <= r["high"] and r["low"] <= o["high"]
+                 and o.get("part") == r.get("part")]
+        name = f"{p} (part {r['part']})" if "part" in r else p  # parts that never met: not comparable
+        lines.append(f"| {name} | {r['elo']:.0f} | {r['low']:.0f} .. {r['high']:.0f} | {r['games']} | "
                      f"{', '.join(sorted(close)) or '-'} |")
     return lines
 
@@ -305,7 +369,11 @@ def _ratings_lines(ratings: dict[str, dict[str, float]]) -> list[str]:
 def league_table(league: dict[str, Any]) -> str:
     """Markdown: per game, each pair's win/draw/loss rates and invalid-answer rates, the Elo ratings (with the
     players whose intervals overlap: too few games to rank them) and the first-move edge; then the ratings
-    over all games."""
+    over all games.
+
+    Args:
+        league: What `run_league` returned (or its `league.json`, loaded).
+    """
     anchor, value = ANCHOR
     lines = [f"# League ({league['episodes']} episodes per seat order, seed {league['seed']}; Elo anchored at "
              f"{anchor} = {value:.0f} when it plays, else mean {value:.0f})", "", f"Intervals: {INTERVAL}", ""]

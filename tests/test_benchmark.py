@@ -4,13 +4,14 @@ from __future__ import annotations
 
 import json
 
+import numpy as np
 import pytest
 
 import comlrl_env
 from comlrl_env import TextParallelEnv
 from comlrl_env.benchmark import (empty_policy, evaluate_policy, instance_order, markdown_table, play_episodes,
                                   run_suite, team_table)
-from comlrl_env.intervals import t_quantile, wilson
+from comlrl_env.intervals import bounded_interval, t_quantile, wilson
 from learners.cli import main
 from learners.models.policy import AgentPolicy, agent_dirs
 
@@ -135,9 +136,9 @@ def test_the_interval_is_a_t_interval_over_tasks_and_repeats_do_not_narrow_it():
 
 
 class Coin(Graded):
-    """Task i pays 1 when i is in `wins`, else 0: a 0/1 reward."""
+    """Task i pays 1 when i is in `wins`, else 0: a 0/1 reward, and it says so."""
 
-    metadata = {**Graded.metadata, "num_tasks": 8, "success_threshold": 1.0}
+    metadata = {**Graded.metadata, "num_tasks": 8, "success_threshold": 1.0, "binary_reward": True}
     wins = ()
 
     def load_task(self, task_index):
@@ -160,6 +161,45 @@ def test_a_0_1_reward_gets_a_wilson_interval_that_never_collapses():
     assert four["reward_low"] < once["reward_low"] and four["reward_high"] > once["reward_high"]
     assert four["pass_at_k"] == 0.125 and four["pass_at_k_high"] == pytest.approx(once["reward_high"])
     assert "0.125 [" in markdown_table([{"env": "e", "team": "t", **four}])
+
+
+class Hundred(Graded):
+    """Task i pays 100 when i is in `wins`, else 0: not a 0/1 reward, though a run may see only zeros."""
+
+    metadata = {**Graded.metadata, "num_tasks": 8}
+    wins = ()
+
+    def load_task(self, task_index):
+        return {"value": 100.0 * (task_index in self.wins)}
+
+
+def test_a_reward_is_a_rate_by_what_the_task_declares_not_by_the_rewards_seen():
+    zeros = evaluate_policy(Hundred(), empty_policy, episodes=8)  # all 0 of a 0-or-100 reward
+    assert zeros["reward_mean"] == 0.0 and zeros["reward_no_spread"] == 1.0
+    assert zeros["reward_high"] == float("inf")  # no spread seen and no range declared: never 0 wide
+    assert "0.000 (no spread observed)" in markdown_table([{"env": "e", "team": "t", **zeros}])
+    bounded = type("Bounded", (Hundred,), {"metadata": {**Hundred.metadata, "reward_range": (0.0, 100.0)}})
+    ranged = evaluate_policy(bounded(), empty_policy, episodes=8)
+    # Wilson at 0 of the 8 tasks, scaled to [0, 100]: 100 z^2 / (8 + z^2) = 32.4
+    assert ranged["reward_low"] == 0.0 and ranged["reward_high"] == pytest.approx(100 * wilson(0.0, 8)[1])
+    assert "reward_no_spread" not in ranged
+    spread = evaluate_policy(type("Some", (bounded,), {"wins": (3,)})(), empty_policy, episodes=8)
+    assert 0.0 <= spread["reward_low"] < 12.5 < spread["reward_high"] <= 100.0  # the t interval, kept in range
+    liar = type("Liar", (Hundred,), {"metadata": {**Hundred.metadata, "binary_reward": True}, "wins": (3,)})
+    with pytest.raises(ValueError, match="declares metadata\\['binary_reward'\\] = True, but episodes scored"):
+        evaluate_policy(liar(), empty_policy, episodes=8)
+
+
+def test_all_zero_runs_of_a_non_0_1_reward_cover_where_the_sample_rule_did_not():
+    rng = np.random.default_rng(7)
+    # a 0-or-100 reward won with probability 0.05 on each of 8 tasks (true mean 5): two runs in three score all
+    # zeros. Judged 0/1 by its sample, such a run got [0, 0.32] and the whole case covered 0.34; with the range
+    # declared, the no-spread runs get Wilson's width scaled to [0, 100]
+    wins = rng.random((2000, 8)) < 0.05
+    sums = 100.0 * wins
+    interval = bounded_interval(sums, 1, (0.0, 100.0))
+    assert float(np.mean((interval.low <= 5.0) & (5.0 <= interval.high))) >= 0.93
+    assert (interval.high > interval.low).all()
 
 
 class Seeded(TextParallelEnv):

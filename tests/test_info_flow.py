@@ -34,7 +34,7 @@ class Whisper(TextParallelEnv):
     """agent_0 holds COLOURS[i], agent_1 ANIMALS[i]; turn 0: message; turn 1: answer, credit 1 per agent whose
     answer names both words, reward the mean credit."""
 
-    metadata = {**TextParallelEnv.metadata, "name": "test/Whisper-v0", "num_tasks": 4}
+    metadata = {**TextParallelEnv.metadata, "name": "test/Whisper-v0", "num_tasks": 4, "reward_range": (0.0, 1.0)}
     reports_flow = True  # False: the same task without the info-flow fields
 
     def __init__(self) -> None:

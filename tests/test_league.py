@@ -13,7 +13,7 @@ pytest.importorskip("pyspiel")
 
 from comlrl_env import make  # noqa: E402
 from comlrl_env.benchmark import empty_policy, fixed_team  # noqa: E402
-from comlrl_env.league import elo_ratings, play_match, run_league  # noqa: E402
+from comlrl_env.league import elo_ratings, league_table, play_match, run_league  # noqa: E402
 from comlrl_env.openspiel import OpenSpielBot  # noqa: E402
 
 
@@ -52,6 +52,35 @@ def test_elo_is_the_maximum_likelihood_fit():
             expected += n / (1 + 10 ** ((ratings[other]["elo"] - ratings[me]["elo"]) / 400))
         assert expected == pytest.approx(score, abs=1e-6), p
     assert ratings["a"]["elo"] > ratings["b"]["elo"] > ratings["c"]["elo"] > ratings["random-bot"]["elo"]
+
+
+def test_splitting_a_pairs_record_into_rows_leaves_its_rating_unchanged():
+    """One virtual draw per pair, however its games are split: a 16-0 sweep was 1607 as one row and 1382 as
+    four 4-0 rows (one per game), so `overall` drifted toward 1000 as a suite gained games."""
+    one = elo_ratings([row("x", "random-bot", 16, 0, 0)])["players"]["x"]
+    assert one["elo"] == pytest.approx(1000 + 400 * math.log10(16.5 / 0.5))
+    four = elo_ratings([{**row("x", "random-bot", 4, 0, 0), "game": g} for g in "abcd"])["players"]["x"]
+    assert (four["elo"], four["low"], four["high"]) == pytest.approx((one["elo"], one["low"], one["high"]))
+    # with seat orders: one game's 8-0 in each order, as one row or as two rows of the same game
+    seats = {**row("x", "random-bot", 16, 0, 0), "game": "g", "first_wins": 8, "first_draws": 0, "first_losses": 0}
+    half = {**row("x", "random-bot", 8, 0, 0), "game": "g", "first_wins": 4, "first_draws": 0, "first_losses": 0}
+    whole, split = elo_ratings([seats])["players"]["x"], elo_ratings([half, half])["players"]["x"]
+    assert (split["elo"], split["low"], split["high"]) == pytest.approx((whole["elo"], whole["low"], whole["high"]))
+
+
+def test_a_league_in_parts_that_never_met_rates_each_part_alone_and_says_so():
+    """p beat q 6-2 and r beat s 6-2, but neither pair met the other: the two winners' records are identical,
+    so are their ratings, each within its own part; a warning names the parts (once 1053 vs 1159 and 175
+    numpy overflow warnings)."""
+    rows = [row("p", "q", 6, 0, 2), row("r", "s", 6, 0, 2), row("p", "q", 0, 0, 0)]
+    with pytest.warns(UserWarning, match=r"2 parts that never played each other: part 0: p, q; part 1: r, s") as seen:
+        ratings = elo_ratings(rows)["players"]
+    assert all(w.category is UserWarning for w in seen)  # no numpy overflow
+    assert ratings["p"]["elo"] == pytest.approx(ratings["r"]["elo"])
+    assert ratings["p"]["elo"] == pytest.approx(1000 + 200 * math.log10(6.5 / 2.5))  # mean 1000 in each part
+    assert (ratings["p"]["part"], ratings["q"]["part"], ratings["r"]["part"]) == (0, 0, 1)
+    table = league_table({"episodes": 4, "seed": 0, "games": {}, "overall": ratings, "skipped": {}})
+    assert "| p (part 0) |" in table and "| r (part 1) |" in table
 
 
 def test_a_sweep_gets_an_interval_of_positive_width():

@@ -98,7 +98,8 @@ then wrong), two different sizes or colours void it, and a colour outside the in
 SharedPick's answer needs a lookup (size and colour to the item's name) that neither the untrained
 SmolLM2-135M nor 3,072 completions of training learned (docs/results.md); GridPick keeps the task's
 structure, its chance level (1/3) and its credit, and drops the lookup. (At the cooperation results' budget of
-1,280 completions a SmolLM2-135M team did not learn to pass its part here either: docs/DESIGN.md, issue 44.)
+1,280 completions a SmolLM2-135M team did not learn to pass its part here either: docs/DESIGN.md,
+Private-information tasks.)
 
     You hold the target's colour: red. Your partner holds the target's size. Send your partner a short message.
 
@@ -304,7 +305,8 @@ class SecretPair(_PrivateInfoTask):
     """agent_0 holds a colour, agent_1 an animal; each answers with the pair (see the module docstring)."""
 
     metadata = {**TextParallelEnv.metadata, "name": "coop/SecretPair-v1", "num_tasks": len(COLOURS) * len(ANIMALS),
-                "success_threshold": 1.0, "partner_info_chance": 1 / len(ANIMALS)}  # 12 colours, 12 animals
+                "success_threshold": 1.0, "partner_info_chance": 1 / len(ANIMALS),  # 12 colours, 12 animals
+                "reward_range": (0.0, 1.0)}
     question = "Name the secret colour and the secret animal. Answer with two words, like: <colour> <animal>"
     role_names = ("colour holder", "animal holder")
     KINDS = ("colour", "animal")
@@ -357,7 +359,8 @@ class SharedPick(_PrivateInfoTask):
     """A shared catalogue; agent_0 knows the target's colour, agent_1 its size; both name it (module docstring)."""
 
     metadata = {**TextParallelEnv.metadata, "name": "coop/SharedPick-v1", "num_tasks": 9 * len(CATALOGUES),
-                "success_threshold": 1.0, "partner_info_chance": 1 / 3}  # 3 sizes of a colour, 3 colours of a size
+                "success_threshold": 1.0, "partner_info_chance": 1 / 3,  # 3 sizes of a colour, 3 colours of a size
+                "reward_range": (0.0, 1.0)}
     question = "Which item is the target? Answer with its name, like: <item>"
     role_names = ("colour holder", "size holder")
     KINDS = ("colour", "size")

@@ -97,6 +97,7 @@ class FormatAgreement(TextParallelEnv):
         **TextParallelEnv.metadata,
         "name": "smoke/FormatAgreement-v1",
         "num_tasks": len(DELIMITERS) * len(WORDS),
+        "reward_range": (0.0, 1.0),
     }
 
     def __init__(
@@ -154,7 +155,8 @@ class Arithmetic(TextParallelEnv):
     `max_operand` widens the operands (0..max_operand each); `num_agents=1` is the same task for one agent alone.
     """
 
-    metadata = {**TextParallelEnv.metadata, "name": "smoke/Arithmetic-v1", "num_tasks": 100}
+    metadata = {**TextParallelEnv.metadata, "name": "smoke/Arithmetic-v1", "num_tasks": 100,
+                "reward_range": (0.0, 1.0)}
 
     def __init__(self, max_operand: int = 9, num_agents: int = 2, **kwargs) -> None:
         if isinstance(max_operand, bool) or not isinstance(max_operand, int) or not 1 <= max_operand <= 999:
