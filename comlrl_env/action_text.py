@@ -12,8 +12,8 @@ An answer plays an action only when it names exactly one legal action, in one of
    With `numbered=True` (the prompt numbers the legal actions 1, 2, ...), an answer that is one whole
    number names the action at that position (`2` for the second listed; a one-token answer a small model
    can find), and never an action whose short form is that number. A copied list line, the number then
-   the action (`3. x(0,2)`, `3) x(0,2)`, `3 - x(0,2)`), names that action when both name the same one;
-   a number with another action's text names none.
+   the action (`3. x(0,2)`, `3) x(0,2)`, `3 - x(0,2)`), or the action then its number (`x(0,2) (3)`),
+   names that action when both name the same one; a number with another action's text names none.
 2. **One answer line.** A line `Action: <text>` (or `Answer:`, `Move:`; case and markdown emphasis
    ignored) whose text names one legal action by rule 1. Several answer lines must all name the same one.
 
@@ -117,13 +117,15 @@ class _Forms:
         return ActionMatch(None, "")
 
     def listed_line(self, answer: str) -> ActionMatch | None:
-        """A copied line of a numbered list (`answer` normalised: `3 x 0 2` from `3. x(0,2)`): the action numbered
-        so when the text after the number names that same action (rule 1), invalid when it names another one;
-        None when `answer` is no number followed by an action."""
+        """A copied line of a numbered list (`answer` normalised: `3 x 0 2` from `3. x(0,2)`), or the action
+        with its number after it (`x 0 2 3` from `x(0,2) (3)`): the action numbered so when the text beside the
+        number names that same action (rule 1), invalid when it names another one; None when `answer` is no
+        number beside an action."""
         number, _, rest = answer.partition(" ")
-        if not (number.isascii() and number.isdigit() and rest):
-            return None
-        named = self.whole(rest).index
+        named = self.whole(rest).index if number.isascii() and number.isdigit() and rest else None
+        if named is None:  # the number after the action
+            rest, _, number = answer.rpartition(" ")
+            named = self.whole(rest).index if number.isascii() and number.isdigit() and rest else None
         if named is None:
             return None
         n = int(number)

@@ -100,13 +100,16 @@ def test_every_bare_bid_plays_that_bid():
 
 
 @pytest.mark.parametrize("text", ["3. x(0,2)", "3) x(0,2)", "3 - x(0,2)", "Action: 3. x(0,2)", "3. 0,2",
-                                  "**Action:** 3. X(0, 2)"])
+                                  "**Action:** 3. X(0, 2)",
+                                  # the move first, its list number after: the same action, so it plays
+                                  "x(0,2) (3)", "x(0,2) - 3", "Action: x(0,2) (3)"])
 def test_a_copied_list_line_plays_its_action(text):
     assert read_action(text, TTT, numbered=True).index == 2
 
 
 @pytest.mark.parametrize("text, reason", [
     ("3. x(1,1)", "the number 3 and the text 'x 1 1' name different legal actions (the text names number 5)"),
+    ("x(1,1) (3)", "the number 3 and the text 'x 1 1' name different legal actions (the text names number 5)"),
     ("Action: 5. x(0,2)", "an answer line names no single legal action"),
     ("1. Pass\n2. Bet", "ambiguous: it names 2 legal actions"),
 ])
