@@ -59,7 +59,7 @@ def peaked_dir(model_dir, tmp_path_factory):
     ~4.5 instead of ~0.2); same shape, so it shares the engines. On the near-uniform model a token at the top-p
     boundary flips between the engine's and the trainer's support about once in 8,000 positions (the
     cumulative mass lands within float noise of top_p), moving that log-prob by the token's probability,
-    ~4e-4 (docs/DESIGN.md, issue 30)."""
+    ~4e-4 (docs/DESIGN.md, "Rollouts on vLLM")."""
     model = AutoModelForCausalLM.from_pretrained(model_dir, dtype=torch.float32)
     with torch.no_grad():
         model.model.norm.weight.mul_(20.0)

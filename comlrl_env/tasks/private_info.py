@@ -99,7 +99,7 @@ SharedPick's answer needs a lookup (size and colour to the item's name) that nei
 SmolLM2-135M nor 3,072 completions of training learned (docs/results.md); GridPick keeps the task's
 structure, its chance level (1/3) and its credit, and drops the lookup. (At the cooperation results' budget of
 1,280 completions a SmolLM2-135M team did not learn to pass its part here either: docs/DESIGN.md,
-Private-information tasks.)
+Cooperation results.)
 
     You hold the target's colour: red. Your partner holds the target's size. Send your partner a short message.
 
