@@ -13,6 +13,7 @@ is batched on the model's device.
 from __future__ import annotations
 
 import os
+import re
 from typing import Any, Sequence
 
 import torch
@@ -21,7 +22,8 @@ from transformers import AutoModelForCausalLM, AutoTokenizer, PreTrainedTokenize
 
 from rewards import joint
 
-__all__ = ["RewardModel", "bradley_terry_loss", "encode_joint_texts", "fair_shares", "joint_text"]
+__all__ = ["MIN_ANSWER_TOKENS", "RewardModel", "bradley_terry_loss", "encode_joint_texts", "fair_shares", "joint_text",
+           "min_joint_length"]
 
 
 def joint_text(state: str, completions: Sequence[str]) -> str:
@@ -41,9 +43,12 @@ def encode_joint_texts(
     A text that fits is tokenized whole. A longer one is cut block by block (`rewards.joint.header_blocks`:
     each observation, the `[joint action]` line, each agent's answer): the blocks share `max_length` by
     `fair_shares`, and a block cut to k tokens keeps its header line and the last tokens of its body (its
-    last k tokens when k is shorter than the header). So every agent's answer keeps its share however long
-    another's is, and two texts that differ at the end of one answer stay apart (a plain cut from either
-    side could drop an answer whole). Tokens the tokenizer adds to an empty text (a BOS) go first. Done
+    last k tokens when k is shorter than the header). Each agent's answer (an `[<agent> action]` block) is
+    served first: its header and `MIN_ANSWER_TOKENS` of its body (all of a shorter body) are kept before the
+    rest is shared, so headers never eat the answers' shares. So every agent's answer keeps its share however
+    long another's is, and two texts that differ at the end of one answer stay apart (a plain cut from either
+    side could drop an answer whole). A `max_length` too short for every answer's header and its first
+    tokens raises `ValueError` naming the length needed (`min_joint_length` gives it before any text). Tokens the tokenizer adds to an empty text (a BOS) go first. Done
     here, not by the tokenizer's `truncation_side`, so a shared tokenizer's settings cannot change it. The
     reward model and MAAC's centralized critic read texts this way.
     """
@@ -76,6 +81,18 @@ def fair_shares(lengths: Sequence[int], budget: int) -> list[int]:
     return keep
 
 
+MIN_ANSWER_TOKENS = 4
+"""Body tokens of every agent's answer that a cut joint text always keeps (all of a shorter answer)."""
+_ANSWER_HEADER = re.compile(r"\[(?!joint action\])[^\n]* action\]\n?")
+
+
+def min_joint_length(tokenizer: PreTrainedTokenizerBase, agents: Sequence[str]) -> int:
+    """The shortest `max_length` at which `encode_joint_texts` keeps every answer of `agents`: the tokens the
+    tokenizer adds, each `[<agent> action]` header and `MIN_ANSWER_TOKENS` of each answer."""
+    headers = tokenizer([f"[{a} action]\n" for a in agents], add_special_tokens=False)["input_ids"]
+    return len(tokenizer("")["input_ids"]) + sum(len(h) + MIN_ANSWER_TOKENS for h in headers)
+
+
 def _cut_by_shares(tokenizer: PreTrainedTokenizerBase, texts: Sequence[str], max_length: int) -> list[list[int]]:
     """Each text's ids cut as `encode_joint_texts` says (one tokenizer call for every header and body)."""
     specials = tokenizer("")["input_ids"][:max_length]
@@ -91,7 +108,19 @@ def _cut_by_shares(tokenizer: PreTrainedTokenizerBase, texts: Sequence[str], max
     rows = []
     for blocks in parts:
         pairs = [(next(encoded), next(encoded)) for _ in blocks]
-        keep = fair_shares([len(h) + len(b) for h, b in pairs], max_length - len(specials))
+        # every answer's header and first tokens first, then the rest shared fairly
+        floor = [len(h) + min(len(b), MIN_ANSWER_TOKENS) if _ANSWER_HEADER.fullmatch(head) else 0
+                 for (h, b), (head, _) in zip(pairs, blocks)]
+        budget = max_length - len(specials) - sum(floor)
+        if budget < 0:
+            answers = sum(1 for f in floor if f)
+            raise ValueError(
+                f"max_length={max_length} cannot hold this joint text's {answers} answers: their headers and "
+                f"{MIN_ANSWER_TOKENS} tokens of each need {max_length - budget} tokens, so answers would vanish "
+                f"and different answers would score alike. Raise it (reward_max_length / critic_max_length) to "
+                f"at least {max_length - budget}, or None to keep joint texts whole.")
+        extra = fair_shares([len(h) + len(b) - f for (h, b), f in zip(pairs, floor)], budget)
+        keep = [f + e for f, e in zip(floor, extra)]
         row = list(specials)
         for (header, body), k in zip(pairs, keep):
             whole = header + body

@@ -12,7 +12,7 @@ from transformers import AutoModelForCausalLM, AutoTokenizer
 from comlrl_env import TextParallelEnv
 from learners.preference import MARLHFConfig, MARLHFIterConfig, MARLHFIterTrainer, MARLHFTrainer
 from rewards.joint import escape, header_blocks, joint_text, unescape
-from rewards.models import RewardModel, encode_joint_texts, fair_shares
+from rewards.models import RewardModel, encode_joint_texts, fair_shares, min_joint_length
 from rewards.models import joint_text as rm_joint_text
 from rewards.preferences import candidate_pairs, heldout_split, make_pair, matched_pairs, pair_key
 from test_preference import SMALL, longer, train_dataset
@@ -267,6 +267,30 @@ def test_truncation_keeps_every_agents_answer(tiny_dir):
     assert scores[0] != scores[1]
     short = joint_text("[agent_0]\nHi?", {"agent_0": "yes"})
     assert encode_joint_texts(rm.tokenizer, [short], 32)[0][0].tolist() == rm.tokenizer(short)["input_ids"]
+
+
+@pytest.mark.parametrize("agents", [2, 4])
+def test_no_length_from_16_to_128_drops_every_answer_or_merges_two_answer_sets(tiny_dir, agents):
+    """Near (blocks x header) tokens the fair shares went to the headers and the answers vanished: at 32 tokens
+    with 2 agents and at 64 with 4, two different answer sets had identical encodings. Now a length either
+    keeps every answer's header and first tokens (different last answers, different encodings) or is refused,
+    exactly below `min_joint_length`."""
+    tok = AutoTokenizer.from_pretrained(tiny_dir)
+    names = [f"agent_{i}" for i in range(agents)]
+    state = "\n\n".join(f"[{a}]\nSolve the puzzle and answer in one word, please." for a in names)
+    answers = {a: f"my answer is number {i} " * 6 for i, a in enumerate(names)}
+    texts = [joint_text(state, {**answers, names[-1]: answers[names[-1]] + end}) for end in ("alpha", "omega")]
+    need = min_joint_length(tok, names)
+    for length in range(16, 129, 4):
+        if length < need:
+            with pytest.raises(ValueError, match=f"max_length={length} cannot hold .* at least {need}"):
+                encode_joint_texts(tok, texts, length)
+            continue
+        ids, mask = encode_joint_texts(tok, texts, length)
+        assert ids.shape[1] <= length and ids[0].tolist() != ids[1].tolist(), length
+        kept = tok.decode(ids[0][mask[0].bool()])
+        assert all(f"[{a} action]" in kept for a in names), (length, kept)
+    assert 16 < need < 128  # the sweep crosses the threshold
 
 
 def test_a_cut_block_keeps_its_header_and_its_tail(tiny_dir):
