@@ -110,13 +110,13 @@ def test_reward_model_learns_a_planted_preference_and_reloads(tiny_dir, tmp_path
 
 def test_reward_model_truncation_keeps_the_answers(tiny_dir):
     """With `reward_max_length` it cut from the right: a good and an empty answer kept the same text and score.
-    (How each block keeps its share: tests/test_preference_measured.py.)"""
-    rm = RewardModel.from_pretrained(tiny_dir, max_length=16)
+    (How each block keeps its share, and the shortest length allowed: tests/test_preference_measured.py.)"""
+    rm = RewardModel.from_pretrained(tiny_dir, max_length=24)
     assert rm.tokenizer.truncation_side == "right"  # the tokenizer's setting does not decide
     state = "[agent_0]\n" + "a long observation " * 40
     good, empty = joint_text(state, ["The answer is 42.", "Yes"]), joint_text(state, ["", ""])
     ids, mask = rm.encode([good, empty, "short"])
-    assert ids.shape[1] == 16 and mask[:2].all()
+    assert ids.shape[1] == 24 and mask[:2].all()
     assert ids[0].tolist() != ids[1].tolist() and "42" in rm.tokenizer.decode(ids[0])
     short = rm.tokenizer("short")["input_ids"]
     assert ids[2, -len(short):].tolist() == short and mask[2].sum() == len(short)  # left padding
