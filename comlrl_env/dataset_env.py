@@ -1,6 +1,6 @@
 """`DatasetEnv`: a dataset, a reward function and optional formatters as an environment.
 
-This is the seed system's way of describing a task (a `datasets.Dataset`,
+This is CoMLRL 1.4.3's way of describing a task (a `datasets.Dataset`,
 per-agent formatters, a joint reward function and, for several turns, an
 external transition) expressed as a `TextParallelEnv`:
 

@@ -25,10 +25,21 @@ __all__ = ["CallablePolicy", "FixedPolicy", "as_fixed_policy"]
 
 
 class FixedPolicy:
-    """A seat's fixed behaviour; subclasses implement `act`."""
+    """A seat's fixed behaviour, never trained: pass one in a learner's `agents=[...]` for that seat.
+    Subclasses implement `act`, and may override `describe`."""
 
     def act(self, envs: Sequence[TextParallelEnv], agent: AgentID, num_samples: int = 1) -> list[str]:
-        """`num_samples` action texts for `agent` in each env of `envs` (env-major), where it is to move."""
+        """`num_samples` action texts for `agent` in each env of `envs` (env-major), where it is to move.
+
+        Args:
+            envs: The live environments where `agent` is to move (read them, e.g. `env.observe(agent)` or
+                `env.legal_actions(agent)`; do not step them).
+            agent: The seat to act for.
+            num_samples: Texts per env.
+
+        Returns:
+            `len(envs) * num_samples` action texts: env n's sample k at `n * num_samples + k`.
+        """
         raise NotImplementedError
 
     def describe(self) -> dict[str, Any]:

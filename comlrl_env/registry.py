@@ -43,8 +43,11 @@ class EnvSpec:
     """What `make(id)` builds: the entry point and its default keyword arguments."""
 
     id: str
+    """The registered id, `[namespace/]Name-v<version>` (e.g. "coop/LengthRatio-v1")."""
     entry_point: Callable[..., TextParallelEnv] | str
+    """The env class or factory, or its import path as "module:attribute" (imported on first `make`)."""
     kwargs: dict[str, Any] = dataclasses.field(default_factory=dict)
+    """Default keyword arguments of the entry point; `make(id, **kwargs)` overrides them."""
 
     @property
     def namespace(self) -> str | None:

@@ -1,6 +1,6 @@
 """learners: MAGRPO, IAC, MAAC, MARLHF and MARLHFIter for teams of Hugging Face causal-LM agents.
 
-The algorithms sit at the top, in the seed system's modules (`reinforce.py`, `actor_critic.py`,
+The algorithms sit at the top, in modules named as CoMLRL 1.4.3's (`reinforce.py`, `actor_critic.py`,
 `preference.py`); the machinery they share lives in rooms below: `loop/` (the Learner base and the learn
 loop), `rollout/` (the engine and its generation backends), `models/`, `checkpointing/` and `parallel/`.
 """

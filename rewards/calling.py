@@ -1,4 +1,4 @@
-"""Calling a user's reward function with the seed system's convention.
+"""Calling a user's reward function with CoMLRL 1.4.3's convention.
 
 A reward function scores a batch of B joint actions. It receives the
 completions as one list per agent (each of length B) and, when it declares

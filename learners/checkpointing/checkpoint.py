@@ -150,7 +150,7 @@ def read_checkpoint_metadata(path: str | os.PathLike) -> dict[str, Any]:
     `peft_version`; None in checkpoints written before they were recorded).
     Raises `CheckpointError` for a missing or corrupt one.
 
-    The W&B recipe of the seed system works as written:
+    CoMLRL 1.4.3's W&B recipe works as written:
 
         identity = read_checkpoint_metadata(checkpoint)["wandb"]
         if identity and "id" not in wandb_config and "resume" not in wandb_config:

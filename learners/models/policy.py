@@ -62,7 +62,8 @@ def content_hash(path: str) -> str:
 
 
 class AgentPolicy:
-    """One causal LM per agent; each call makes one batched `generate` per agent over the batch.
+    """Saved agents as a benchmark policy (`comlrl_env.benchmark.Policy`): one causal LM per agent, and each call
+    makes one batched `generate` per agent over the batch. `run_suite`, `evaluate_policy` and `run_league` take it.
 
     Args:
         agents: Model ids or dirs, one per agent (or one for every agent).
@@ -90,7 +91,15 @@ class AgentPolicy:
     def from_saved(cls, path: str | Sequence[str], greedy: bool = False, seed: int = 0, device: str | None = None,
                    **overrides: Any) -> "AgentPolicy":
         """The agents of a `save_model` output dir (or agent dirs), sampling as they were trained
-        (`saved_settings`) unless `overrides` (e.g. `temperature=0.6`) say otherwise."""
+        (`saved_settings`) unless `overrides` (e.g. `temperature=0.6`) say otherwise.
+
+        Args:
+            path: A `save_model` output dir (holding `agent_0/`, `agent_1/`, ...), or a list of agent dirs.
+            greedy: Greedy decoding instead of sampling.
+            seed: Seeds sampling once at construction.
+            device: Where the models run; None leaves them where they load (the CPU).
+            **overrides: `GenerationSettings` fields that replace the saved ones (a None value keeps the saved one).
+        """
         dirs = agent_dirs([path] if isinstance(path, (str, os.PathLike)) else list(path))
         settings = {**saved_settings(dirs), **{k: v for k, v in overrides.items() if v is not None}}
         return cls(dirs, greedy=greedy, seed=seed, device=device, **settings)

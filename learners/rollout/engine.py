@@ -21,7 +21,7 @@ instances (environments already reset) to the end:
   `learners.Frozen` models) act where they are to move and are never trained:
   the `Rollout`'s per-agent fields cover the trained agents only;
 - rollout modes: `tree` (each live node expands into one child per joint
-  action; siblings form a group, as in the seed system) or `parallel` (K
+  action; siblings form a group, as in CoMLRL 1.4.3) or `parallel` (K
   independent copies of each task instance; the live copies of one instance
   at one turn form a group).
 

@@ -18,14 +18,21 @@ __all__ = ["Rollout", "SampleBatch"]
 class SampleBatch:
     """One agent's samples; row s of every field describes sample s."""
 
-    prompt_ids: torch.Tensor  # (S, P) left-padded prompt ids
-    prompt_mask: torch.Tensor  # (S, P) 1 on prompt tokens
-    completion_ids: torch.Tensor  # (S, T) sampled ids, right-padded with the pad id
-    completion_mask: torch.Tensor  # (S, T) 1 on sampled tokens up to and including EOS
-    completions: list[str]  # (S,) decoded completions (special tokens skipped)
-    logprobs: torch.Tensor | None = None  # (S, T) log pi of each sampled token when sampled (0 off the mask),
-    #                                       under softmax(z / GenerationSettings.logprob_temperature)
-    prompt_cut: torch.Tensor | None = None  # (S,) prompt tokens cut from the left to fit (0: whole); None: not kept
+    prompt_ids: torch.Tensor
+    """(S, P) Left-padded prompt token ids."""
+    prompt_mask: torch.Tensor
+    """(S, P) 1 on prompt tokens, 0 on padding."""
+    completion_ids: torch.Tensor
+    """(S, T) Sampled token ids, right-padded with the pad id."""
+    completion_mask: torch.Tensor
+    """(S, T) 1 on sampled tokens up to and including EOS."""
+    completions: list[str]
+    """(S,) The decoded completions (special tokens skipped)."""
+    logprobs: torch.Tensor | None = None
+    """(S, T) log pi of each sampled token as sampled, under softmax(z / `GenerationSettings.logprob_temperature`),
+    0 off the mask; None when the backend did not keep them (the learner scores the tokens itself)."""
+    prompt_cut: torch.Tensor | None = None
+    """(S,) Prompt tokens cut from the left to fit the prompt limit (0: the whole prompt); None: not recorded."""
 
     def __len__(self) -> int:
         return len(self.completions)
@@ -74,29 +81,47 @@ class SampleBatch:
 class Rollout:
     """A batch of finished episodes, flattened into samples (rows shared by all agents)."""
 
-    samples: list[SampleBatch]  # (A,) one per agent, each with S rows
-    rewards: torch.Tensor  # (A, S) immediate reward of the sample's joint action(s)
-    returns: torch.Tensor  # (A, S) discounted return from the sample's joint action(s)
-    group: torch.Tensor  # (S,) group id: samples of one group start from the same state
-    turn: torch.Tensor  # (S,) turn index of the sample
-    task: torch.Tensor  # (S,) index of the task instance within the batch
-    episode_returns: torch.Tensor  # (A, B) mean undiscounted return of each task instance's episodes
-    next_index: torch.Tensor  # (S,) row of the same episode's next sample, -1 at its end (parallel mode)
-    states: list[str]  # (S,) env.state() of the sample's node before acting (joint text)
-    invalid_actions: torch.Tensor  # (A,) number of joint actions flagged invalid per agent
-    num_joint_actions: int  # env steps taken (one per joint action)
-    timings: dict[str, float]  # seconds spent generating and stepping environments
-    task_episode_returns: torch.Tensor | None = None  # (A, B) the task's returns when a reward model relabelled
-    acted: torch.Tensor | None = None  # (A, S) True where the agent was to move (None: everywhere)
-    joint_actions: list[list[str]] | None = None  # (S,) every seat's action text per row, fixed seats included
+    samples: list[SampleBatch]
+    """(A,) One `SampleBatch` per agent, each with S rows."""
+    rewards: torch.Tensor
+    """(A, S) Immediate reward of the sample's joint action(s)."""
+    returns: torch.Tensor
+    """(A, S) Discounted return from the sample's joint action(s)."""
+    group: torch.Tensor
+    """(S,) Group id: the samples of one group start from the same state."""
+    turn: torch.Tensor
+    """(S,) Turn index of the sample."""
+    task: torch.Tensor
+    """(S,) Index of the sample's task instance within the batch."""
+    episode_returns: torch.Tensor
+    """(A, B) Mean undiscounted return of each task instance's episodes."""
+    next_index: torch.Tensor
+    """(S,) Row of the same episode's next sample, -1 at its end (parallel mode)."""
+    states: list[str]
+    """(S,) `env.state()` of the sample's node before acting (the joint text)."""
+    invalid_actions: torch.Tensor
+    """(A,) Number of joint actions flagged invalid, per agent."""
+    num_joint_actions: int
+    """Env steps taken (one per joint action)."""
+    timings: dict[str, float]
+    """Seconds spent generating and stepping environments, by phase."""
+    task_episode_returns: torch.Tensor | None = None
+    """(A, B) The task's own returns when a reward model relabelled `rewards`; else None."""
+    acted: torch.Tensor | None = None
+    """(A, S) True where the agent was to move; None: everywhere (simultaneous moves)."""
+    joint_actions: list[list[str]] | None = None
+    """(S,) Every seat's action text per row, fixed seats included."""
     # The joint table: every joint action played, over all turns. Row indices are rollout rows, so in tree mode
     # joint action j belongs to the group (node) of its rows. None when a rollout was built otherwise.
-    joint_rows: torch.Tensor | None = None  # (J, A) row of each agent's sample in joint action j
-    joint_returns: torch.Tensor | None = None  # (J, A) discounted return of joint action j per agent
-    joint_fixed: torch.Tensor | None = None  # (J,) the moving fixed seats' samples in j as one number (0: none)
-    # Info-flow rows (`comlrl_env.info_flow.episode_record` plus `task`, the instance within the batch, and `turn`),
-    # one per step whose infos report `used_partner_info`; None when the env reports none.
+    joint_rows: torch.Tensor | None = None
+    """(J, A) Row of each agent's sample in joint action j (None when the rollout kept no joint table)."""
+    joint_returns: torch.Tensor | None = None
+    """(J, A) Discounted return of joint action j, per agent."""
+    joint_fixed: torch.Tensor | None = None
+    """(J,) The samples of the fixed seats that moved in j, as one number (0: none)."""
     episodes: list[dict] | None = None
+    """Info-flow rows (`comlrl_env.info_flow.episode_record` plus `task`, the instance within the batch, and
+    `turn`), one per step whose infos report `used_partner_info`; None when the env reports none."""
 
     def acting(self, agent: int, idx: torch.Tensor) -> torch.Tensor:
         """The rows of `idx` at which `agent` was to move (turn-taking tasks); its other rows hold no sampled
@@ -111,4 +136,5 @@ class Rollout:
 
     @property
     def num_samples(self) -> int:
+        """S, the number of rows."""
         return int(self.group.numel())

@@ -103,6 +103,12 @@ def completion_logprobs(model: "PreTrainedModel", batch: SampleBatch, temperatur
     One forward over the whole batch (`group_by_length`: one per `length_groups` group, rows back in order);
     positions follow the attention mask as in `generate`, and logits are computed only for the completion
     positions.
+
+    Args:
+        model: The causal LM that scores the tokens (gradients flow unless called under `torch.no_grad()`).
+        batch: The prompts and completions to score, e.g. one agent's `Rollout.samples[a]`.
+        temperature: The logits are divided by it before the softmax; a `Support` also applies its top-k/top-p.
+        group_by_length: One forward per group of similar lengths instead of one padded forward.
     """
     groups = length_groups(batch) if group_by_length else []
     if len(groups) > 1:

@@ -175,8 +175,11 @@ class ExecutionResult:
     """What happened to one snippet. `ok` is exit status 0 within the timeout."""
 
     ok: bool
+    """Exit status 0 within the timeout."""
     stdout: str
+    """What the snippet printed, decoded as UTF-8 (undecodable bytes replaced), up to `max_output_bytes`."""
     stderr: str
+    """Its error output (tracebacks included), decoded and capped as `stdout`."""
     returncode: int | None
     """Exit status; negative for a signal (-9 when killed); None if the code never started or was not reaped."""
     timed_out: bool

@@ -236,7 +236,14 @@ def encode_prompts(tokenizer: PreTrainedTokenizerBase, settings: GenerationSetti
     """Left-padded token ids and attention mask `(B, P)` of `prompts`, on CPU, and the tokens cut from each
     `(B,)`. Each prompt is rendered with the chat template when `settings.use_chat_template` (then no other
     special tokens are added) and cut from the left (its end, where the question is, stays) to
-    `prompt_limit(settings, context)` tokens. Every backend encodes prompts here, so they see the same ids."""
+    `prompt_limit(settings, context)` tokens. Every backend encodes prompts here, so they see the same ids.
+
+    Args:
+        tokenizer: The agent's tokenizer, with a pad token (as `load_agents` leaves it).
+        settings: The agent's sampling settings (`use_chat_template`, `max_prompt_length`, `max_new_tokens`).
+        prompts: The observations to encode, one per row.
+        context: The model's context length in tokens (prompt and completion); None: no such limit.
+    """
     if settings.use_chat_template:
         texts = [tokenizer.apply_chat_template([{"role": "user", "content": p}], tokenize=False,
                                                add_generation_prompt=True) for p in prompts]
