@@ -121,6 +121,16 @@ def test_prompts_over_the_context_are_cut_from_the_left_and_the_cut_is_kept(tiny
     assert torch.equal(idle.prompt_ids, batch.prompt_ids) and torch.equal(idle.prompt_cut, batch.prompt_cut)
 
 
+@pytest.mark.parametrize("prompts", [[""], ["def f():", ""]])
+def test_an_empty_prompt_is_one_clear_error_alone_or_beside_others(tiny_dir, prompts):
+    """HF raised a bare RuntimeError for an empty prompt alone and generated from padding beside others; vLLM
+    refused. Both backends encode prompts in `encode_prompts`, which now refuses it with the fix."""
+    model, tok = load(tiny_dir)
+    engine = RolloutEngine([model], [tok], GenerationSettings(max_new_tokens=4))
+    with pytest.raises(ValueError, match=r"prompts encode to no tokens .*: a causal LM cannot continue an empty"):
+        engine.generate(0, prompts, 2)
+
+
 def test_max_prompt_length_cuts_from_the_left_and_counts_the_cut(tiny_dir):
     model, tok = load(tiny_dir)
     engine = RolloutEngine([model], [tok], GenerationSettings(max_new_tokens=4, max_prompt_length=3))

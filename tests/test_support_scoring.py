@@ -313,6 +313,10 @@ def test_adapter_folders_of_gone_processes_are_swept_and_live_ones_kept(tmp_path
     (dict(vllm_memory_share=1.5), ValueError, r"vllm_memory_share must be in \(0, 1\), got 1.5"),
     (dict(vllm_engine_args=[]), TypeError, "vllm_engine_args must be a dict"),
     (dict(vllm_engine_args={"seed": 3}), ValueError, r"may not set \['seed'\]"),
+    # arguments that change the engine's numbers: the trainer would score under another model
+    (dict(vllm_engine_args={"dtype": "bfloat16"}), ValueError, r"may not set \['dtype'\]: they change the numbers"),
+    (dict(vllm_engine_args={"hf_overrides": {"rope_theta": 1.0}, "kv_cache_dtype": "fp8"}), ValueError,
+     r"may not set \['hf_overrides', 'kv_cache_dtype'\]: they change the numbers"),
     (dict(generation_backend="vllm", generation_kwargs={"num_beams": 2}), ValueError,
      r"generation_kwargs \['num_beams'\] are model.generate arguments"),
 ])

@@ -251,6 +251,11 @@ def encode_prompts(tokenizer: PreTrainedTokenizerBase, settings: GenerationSetti
         texts = prompts
     added = not settings.use_chat_template
     rows = tokenizer(texts, add_special_tokens=added)["input_ids"]
+    empty = [i for i, row in enumerate(rows) if not row]
+    if empty:  # HF would raise a bare RuntimeError alone and generate when padded beside others; vLLM refuses
+        raise ValueError(f"{len(empty)} of {len(prompts)} prompts encode to no tokens (first: prompt {empty[0]}, "
+                         f"{prompts[empty[0]]!r}): a causal LM cannot continue an empty text. Give the observation "
+                         "some text, or set use_chat_template=True (or use a tokenizer that adds a BOS token).")
     limit = prompt_limit(settings, context)
     front = _leading_special_tokens(tokenizer) if added else 0  # a BOS the tokenizer adds stays, as in truncation
     cut = [0 if limit is None else min(max(len(row) - limit, 0), len(row) - front) for row in rows]

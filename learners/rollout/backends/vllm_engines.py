@@ -61,6 +61,12 @@ memory share as a share of all RAM, which a shared machine rarely has free)."""
 OWN_ARGS = ("model", "tokenizer", "load_format", "enable_lora", "max_loras", "max_lora_rank", "logprobs_mode",
             "seed", "generation_config", "enable_sleep_mode", "tensor_parallel_size", "distributed_executor_backend")
 """`vllm.LLM` arguments the backend sets itself; `engine_args` may not override them."""
+NUMERIC_ARGS = ("dtype", "hf_overrides", "kv_cache_dtype", "quantization", "revision", "tokenizer_revision",
+                "code_revision", "calculate_kv_scales")
+"""`vllm.LLM` arguments that change the numbers the engine samples from, so the trainer would score its tokens
+under another model: measured on CPU, `hf_overrides` moved greedy ids and log-probs by up to 0.54, `dtype="bfloat16"`
+by 5.4e-3, an fp8 KV cache by 3.1e-2. `engine_args` may not set them: the engine runs the agents' own weights in
+their own dtype."""
 
 _POOL: dict[str, list[Any]] = {}  # spec key -> engines not lent out
 _STARTED = [0]  # engines started in this process
@@ -82,6 +88,12 @@ def check_vllm_arguments(engine_args: dict[str, Any], generation_kwargs: dict[st
     own = sorted(set(engine_args) & set(OWN_ARGS))
     if own:
         raise ValueError(f"vllm_engine_args may not set {own}: the vLLM backend sets them itself.")
+    numeric = sorted(set(engine_args) & set(NUMERIC_ARGS))
+    if numeric:
+        raise ValueError(f"vllm_engine_args may not set {numeric}: they change the numbers the engine samples "
+                         "from, so the trainer would score its tokens under a different model. The engine runs the "
+                         "agents' own weights in their own dtype: load the agents as you want them sampled (e.g. "
+                         "model_config={'torch_dtype': 'bfloat16'}).")
     if generation_kwargs:
         raise ValueError(f"generation_kwargs {sorted(generation_kwargs)} are model.generate arguments, which "
                          'generation_backend="vllm" does not take; use temperature, top_p, top_k, max_new_tokens '
