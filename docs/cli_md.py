@@ -15,7 +15,6 @@ import inspect
 import pathlib
 import re
 import textwrap
-from unittest import mock
 
 from learners import cli
 
@@ -24,41 +23,9 @@ GUIDE = pathlib.Path(__file__).with_name("guide") / "benchmarking.md"
 WIDTH = 85
 """Columns of the usage line: fixed, so the page does not depend on the terminal that wrote it."""
 
-MISSING_HELP = {
-    "--suite": "a suite of envs to play (`comlrl_env.suites`)",
-    "--out": "folder for `results.json`, `results.md` and `results.png` (with `--league`: `league.json`, "
-             "`league.md`)",
-    "--greedy": "greedy decoding for every team, whatever it was trained with",
-    "--seed": "seeds the draw of task instances (reset seeds seed .. seed + N - 1 of a procedural env) and the "
-              "sampling",
-}
-"""What the options the parser gives no help text mean (from `learners/cli.py`'s docstring and the guide);
-the parser's own help wins once it has one."""
-
-
-class _Built(Exception):
-    """Raised from `parse_args` to carry the parser `main()` built out of it, before it parses anything."""
-
-    def __init__(self, parser: argparse.ArgumentParser) -> None:
-        super().__init__("parser built")
-        self.parser = parser
-
-
 def parser() -> argparse.ArgumentParser:
-    """`comlrl-bench`'s parser: `learners.cli.build_parser()` where it exists, else the one `main()` builds,
-    taken at its `parse_args` call (nothing is parsed or run)."""
-    if hasattr(cli, "build_parser"):
-        return cli.build_parser()
-
-    def built(self: argparse.ArgumentParser, *args: object, **kwargs: object) -> None:
-        raise _Built(self)
-
-    with mock.patch.object(argparse.ArgumentParser, "parse_args", built):
-        try:
-            cli.main([])
-        except _Built as caught:
-            return caught.parser
-    raise RuntimeError("learners.cli.main() returned without building its parser")
+    """`comlrl-bench`'s parser, as the command builds it."""
+    return cli.build_parser()
 
 
 def invocation(action: argparse.Action) -> str:
@@ -85,7 +52,7 @@ def default(action: argparse.Action) -> str:
 
 
 def help_text(action: argparse.Action) -> str:
-    text = action.help or MISSING_HELP.get(action.option_strings[-1], "")
+    text = action.help or ""
     if isinstance(action, argparse._AppendAction) and "repeatable" not in text:  # noqa: SLF001 (no public name)
         text += " (repeatable)"
     return text.replace("|", "\\|")

@@ -15,8 +15,8 @@
   `--episodes` (default 32) is the number of task instances per env; `--samples-per-task k` plays each
   instance k times, on procedural envs too (the same reset seed), for pass@k. Every 95% interval is over the
   task instances, so k repeats of one instance never narrow it: a reward's is the t interval over per-task
-  means, a 0/1 reward's and each rate's the Wilson interval at the effective sample size (the output's first
-  line says so). The team table names the teams whose intervals overlap: more episodes would tell them apart.
+  means, and a reward the task declares 0/1 and each rate get the Wilson interval at the effective sample size
+  (the output's first line says so). The team table names the teams whose intervals overlap: more episodes would tell them apart.
 
 Writes `results.json` (settings, agents with a content hash, versions, rows), `results.md` and `results.png`;
 with `--record-episodes`, for tasks that report what agents told each other (`comlrl_env.info_flow`), also
@@ -48,12 +48,13 @@ from comlrl_env.league import league_table, run_league
 from comlrl_env.suites import suites
 from learners.models.policy import AgentPolicy, agent_dirs, content_hash, saved_settings
 
-__all__ = ["main"]
+__all__ = ["build_parser", "main"]
 
 
-def main(argv: list[str] | None = None) -> int:
+def build_parser() -> argparse.ArgumentParser:
+    """The `comlrl-bench` argument parser (docs/cli.md is generated from it)."""
     parser = argparse.ArgumentParser(prog="comlrl-bench", description=__doc__.splitlines()[0])
-    parser.add_argument("--suite", choices=sorted(suites))
+    parser.add_argument("--suite", choices=sorted(suites), help="a suite of registered envs to play")
     parser.add_argument("--env", action="append", default=[], help="a registered id or module:Class (repeatable)")
     parser.add_argument("--agents", action="append", nargs="+", default=[], metavar="[NAME=]DIR",
                         help="one team per use: a save_model output dir or its agent dirs")
@@ -63,15 +64,22 @@ def main(argv: list[str] | None = None) -> int:
                         help="task instances per env (in a league: episodes per seat order)")
     parser.add_argument("--samples-per-task", type=int, default=1,
                         help="plays each task instance k times (the same reset seed): pass@k")
-    parser.add_argument("--out", required=True)
-    parser.add_argument("--greedy", action="store_true")
-    parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--out", required=True,
+                        help="folder for results.json, results.md and results.png (a league: league.json, league.md)")
+    parser.add_argument("--greedy", action="store_true", help="decode greedily instead of sampling")
+    parser.add_argument("--seed", type=int, default=0, help="seeds sampling, the instance order and reset seeds")
     parser.add_argument("--record-episodes", action="store_true",
                         help="write per-episode messages and answers of message tasks to OUT/episodes/")
     for flag, kind in (("--temperature", float), ("--top-p", float), ("--top-k", int), ("--max-new-tokens", int)):
         parser.add_argument(flag, type=kind, nargs="+", help="one value for every agent, or one per agent")
     parser.add_argument("--chat-template", action="store_true", default=None,
                         help="render prompts with the chat template (default: as the team was trained)")
+    return parser
+
+
+def main(argv: list[str] | None = None) -> int:
+    """Run `comlrl-bench` with `argv` (default: the command line); returns the exit status."""
+    parser = build_parser()
     args = parser.parse_args(argv)
     if args.suite is None and not args.env:
         parser.error("give --suite, --env, or both.")
