@@ -201,7 +201,7 @@ def test_the_documented_blocks_run_as_written(where, block, tmp_path, monkeypatc
 
 # Each section of the README before issue 41, the page that holds it now, and a sentence of it.
 MOVED = {
-    "Train two agents": ("guide/train.md", "The seed system's form works too"),
+    "Train two agents": ("guide/train.md", "CoMLRL's form works too"),
     "Write your own task in under 30 lines": ("guide/your-task.md", "The base handles seeding"),
     "Saving, continuing, checkpoints": ("guide/saving.md", "is a **model-only export**"),
     "Actor-critic, preferences, benchmarks, several processes": ("guide/learners.md", "a critic per agent"),
