@@ -7,7 +7,7 @@ download), in a few seconds on a CPU:
 1. train 1 epoch with `learn(checkpoint_dir=...)`: a checkpoint at every
    completed epoch (and every `checkpoint_steps` rollouts, here 1) and at the end;
 2. read the checkpoint's metadata without loading weights (and, with `--wandb`,
-   merge its W&B identity into `wandb_config` as the seed system's recipe does);
+   merge its W&B identity into `wandb_config` as CoMLRL 1.4.3's recipe does);
 3. build a fresh learner with `num_train_epochs=2` (it counts the whole run) and
    `learn(resume_from_checkpoint=...)`; the result is bit-identical to a run
    trained 2 epochs without interruption, which the script checks;
@@ -88,7 +88,7 @@ t0 = time.perf_counter()
 first.save_checkpoint(os.path.join(args.out, "manual-checkpoint"))  # what learn() does at each checkpoint
 save_s = time.perf_counter() - t0
 
-# 2. Metadata, without loading weights; the seed system's W&B recipe, in our names.
+# 2. Metadata, without loading weights; CoMLRL 1.4.3's W&B recipe, in our names.
 meta = read_checkpoint_metadata(latest)
 print(f"metadata: learner={meta['learner']} sequence={meta['sequence']} run_id={meta['run_id']} "
       f"progress={meta['progress']} wandb={meta['wandb']}")

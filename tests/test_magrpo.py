@@ -212,8 +212,8 @@ def test_loaded_objects_with_tokenizers_and_shared_parameters(tiny_dir):
     tok = AutoTokenizer.from_pretrained(tiny_dir)
     learner = MAGRPO(agents=[model, model], tokenizer=tok, reward_func=space_reward, train_dataset=dataset(2),
                      args=MAGRPOConfig(**FAST, rollout_buffer_size=2))
-    assert learner.agents[0] is learner.agents[1]  # parameter sharing, as in the seed system
-    assert len(learner.optimizers) == 1  # self-play: one model, one optimizer (issue 35; the seed system steps twice)
+    assert learner.agents[0] is learner.agents[1]  # parameter sharing, as in CoMLRL 1.4.3
+    assert len(learner.optimizers) == 1  # self-play: one model, one optimizer (CoMLRL 1.4.3 steps twice)
     learner.learn()
 
 

@@ -88,7 +88,7 @@ class RunLogger:
 
     def resume_wandb(self, identity: dict[str, Any] | None) -> None:
         """Continue the wandb run of a checkpoint (`identity` as `wandb_identity()` gave it), unless the
-        wandb config names a run id or a resume mode of its own: the seed system's recipe."""
+        wandb config names a run id or a resume mode of its own: CoMLRL 1.4.3's recipe."""
         config = self.wandb_config
         if identity and config is not None and "id" not in config and "resume" not in config:
             saved = {k: v for k, v in identity.items() if k in ("project", "entity") and v}
