@@ -6,11 +6,16 @@ from __future__ import annotations
 import dataclasses
 import json
 import math
+import textwrap
 from typing import Any
 
 import numpy as np
 
 from results import apart
+
+CODE_WIDTH = 85
+"""Characters per line of the example exchanges' code block, the most the site's content column shows at 1280 px
+(longer lines are wrapped, later pieces indented)."""
 
 T975 = {1: 12.706, 2: 4.303, 3: 3.182, 4: 2.776, 5: 2.571, 6: 2.447, 7: 2.365, 8: 2.306, 9: 2.262}
 """t_{0.975, df}: the half-width factor of a 95% t-interval over n = df + 1 seed means."""
@@ -134,9 +139,10 @@ def interval(s: dict[str, Any]) -> str:
 
 def table(rows: list[dict[str, Any]]) -> str:
     """One line per (task, condition)."""
-    lines = ["| task | condition | budget (completions) | wall min (train + eval) | held-out reward T=0.8, mean of seeds ± t95 "
-             "| pooled episodes ± 95% | per seed (± 95%) | greedy, mean of seeds ± t95 | partner info used (chance) "
-             "| invalid |", "|---|---|---|---|---|---|---|---|---|---|"]
+    lines = ["| task | condition | budget (completions) | wall min (train + eval) "
+             "| held-out reward T=0.8, mean of seeds ± t95 | pooled episodes ± 95% | per seed (± 95%) "
+             "| greedy, mean of seeds ± t95 | partner info used (chance) | invalid |",
+             "|---|---|---|---|---|---|---|---|---|---|"]
     for r in rows:
         s = r["sampled"]
         budget = "-" if r["completions"] is None else str(r["completions"])
@@ -177,9 +183,9 @@ def findings(rows: list[dict[str, Any]], comparisons: list[dict[str, Any]]) -> s
         if r["view"] != "team" or r["learner"] is None:
             continue
         t, a = r["task"], r["name"]
-        parts = [said(by[t, a, b], what) for b, what in (("team-base", "the untrained team"), (
-            "alone-own-magrpo-lora", "the trained own-part agent"), ("alone-full-magrpo-lora",
-                                                                     "the trained everything-agent")) if (t, a, b) in by]
+        against = (("team-base", "the untrained team"), ("alone-own-magrpo-lora", "the trained own-part agent"),
+                   ("alone-full-magrpo-lora", "the trained everything-agent"))
+        parts = [said(by[t, a, b], what) for b, what in against if (t, a, b) in by]
         line = f"- {t}, {a}: {interval(r['sampled'])}" + ("; " + ", ".join(parts) if parts else "")
         if info.get((t, a)) is not None and info.get((t, "team-base")) is not None:
             chance = r.get("used_partner_info_chance")
@@ -199,6 +205,8 @@ def exchanges(results: dict[str, dict[str, Any]], per_row: int = 2) -> str:
         for ex in r["examples"][:per_row]:
             lines = [f"{key} (held-out instance {ex['instance']}), reward {np.mean(list(ex['rewards'].values())):.2f}"]
             for t, turn in enumerate(ex["turns"]):
-                lines += [f"  turn {t} {a}: {json.dumps(v['sent'])[:160]}" for a, v in turn.items()]
+                for a, v in turn.items():  # wrapped: the site cuts a code line past ~100 characters
+                    lines += textwrap.wrap(f"  turn {t} {a}: {json.dumps(v['sent'])[:160]}", CODE_WIDTH,
+                                           subsequent_indent=" " * 6, break_on_hyphens=False)
             blocks.append("\n".join(lines))
     return "```\n" + "\n\n".join(blocks) + "\n```\n" if blocks else ""

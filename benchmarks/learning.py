@@ -8,9 +8,10 @@ Rows (ours): `magrpo`, `magrpo_global` (advantage_grouping="global", one group p
 `magrpo_cross` (joint_mode="cross"), `magrpo_cf` (cross with
 advantage_mode="counterfactual"), `iac_separate` (use_separate_critic=True), `iac_shared` (a value head on
 the actor), `maac`, `marlhf` (rl_algorithm="magrpo"; single-turn tasks only, as preference learning scores
-single-turn joint answers). Reference rows (`ref_*`, its own venv via
-`reference_learning.py`): MAGRPO, IAC (separate critic) and MAAC; `--ref-learners` adds `iac_shared`. Tasks (`learning_tasks.py`, dataset + reward function
-(+ external transition), so both libraries run the very same task): `dense`, `sparse`, `multiturn`, `coord`;
+single-turn joint answers). Reference rows (`ref_*`: CoMLRL 1.4.3 in its own venv, via
+`reference_learning.py`): MAGRPO, IAC (separate critic) and MAAC; `--ref-learners` adds `iac_shared`.
+Tasks (`learning_tasks.py`, dataset + reward function (+ external transition), so both libraries run the
+very same task): `dense`, `sparse`, `multiturn`, `coord`;
 plus `hanabi` (OpenSpiel tiny_hanabi) and `tictactoe` (OpenSpiel tic_tac_toe, seat 0 against the random bot, MAGRPO
 only, with its own settings and a budget of 8192), ours only: the reference trains on dataset + reward tasks.
 
@@ -26,7 +27,7 @@ agent sampled so far. Final reward = mean training reward over the last 20% of t
 reward, loss or any metric becomes NaN/inf stops, and its error is kept in results.json (the learners
 themselves stop on a non-finite gradient norm before stepping, and reward calls reject NaN rewards).
 
-Run time (measured on the 2-core machine, one torch thread per process: with two threads on busy cores
+Run time (measured on a 2-core CPU, one torch thread per process: with two threads on busy cores
 the reference's IAC ran 10x slower, so `BENCH_THREADS` defaults to 1): the default run (8 learners of ours x
 5 tasks - 6 MARLHF cells it cannot run, 3 learners of the reference x 4 tasks, 3 seeds, 1024 completions)
 took 1877 s (31 min); at 512 completions 847 s. Ours takes ~5 s per single-turn run, 20-30 s per IAC/MAAC
@@ -229,16 +230,25 @@ def _cell(finals: list) -> tuple[float | None, float | None]:
     return statistics.mean(vals), statistics.pstdev(vals) if len(vals) > 1 else 0.0
 
 
+def _shown(model: str) -> str:
+    """The model as the page names it: its path inside the repository, else its folder's name (never a machine's
+    absolute path)."""
+    inside = os.path.relpath(model, ROOT)
+    return f"`{inside}`" if not inside.startswith("..") else f"`{os.path.basename(os.path.normpath(model))}`"
+
+
 def write_markdown(results: dict, path: str) -> None:
     runs, tasks = results["runs"], results["tasks"]
     rows = [n for n in list(LEARNERS) + [f"ref_{x}" for x in REF_LEARNERS] if any(_row_name(r) == n for r in runs)]
     table = {(n, t): [r for r in runs if _row_name(r) == n and r["task"] == t] for n in rows for t in tasks}
-    lines = [f"# Learning benchmark ({results['model']}, {results['budget']} completions per agent per run, "
-             f"seeds {results['seeds']})", "",
+    seeds = ", ".join(map(str, results["seeds"]))
+    ref = [v.replace("comlrl ", "CoMLRL ") for v in results.get("versions", {}).get("reference", [])]
+    lines = [f"# Learning benchmark ({_shown(results['model'])}, {results['budget']} completions per agent per run, "
+             f"seeds {seeds})", "",
              "Final reward: mean task reward over the last 20% of each run's budget; mean ± std over seeds "
              "(n = seeds that finished; ✗ = errors, see results.json). Budgets of their own: " +
              (", ".join(f"{t} {b}" for t, b in results.get("task_budgets", {}).items() if b != results["budget"])
-              or "none") + ".", "",
+              or "none") + "." + (f" Rows `ref_*`: {', '.join(ref)}'s learners." if ref else ""), "",
              "| learner | " + " | ".join(tasks) + " |", "|---|" + "---|" * len(tasks)]
     for n in rows:
         cells = []
@@ -251,7 +261,7 @@ def write_markdown(results: dict, path: str) -> None:
             else:
                 cells.append(("—" if mean is None else f"{mean:.3f} ± {std:.3f}") + (f" ✗{errs}" if errs else ""))
         lines.append(f"| {n} | " + " | ".join(cells) + " |")
-    lines += ["", "## Ours / reference (ratio of mean final rewards)", "",
+    lines += ["", "## Ours / CoMLRL (ratio of mean final rewards)", "",
               "| learner | " + " | ".join(tasks) + " |", "|---|" + "---|" * len(tasks)]
     for n in REF_LEARNERS:
         if f"ref_{n}" not in rows or n not in rows:

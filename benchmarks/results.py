@@ -1,6 +1,6 @@
 """`make results`: do two real SmolLM2-135M-Instruct agents get better at suite tasks? Base vs trained, held out.
 
-    make results                                        # everything, resumable (61 min on 2 CPU cores)
+    make results                                        # everything, resumable (61 min on a 2-core CPU)
     .venv/bin/python benchmarks/results.py --only arithmetic/magrpo-lora   # one training and its rows
     .venv/bin/python benchmarks/results.py --smoke      # every stage at toy sizes, into <out>-smoke
 
@@ -118,7 +118,7 @@ class Training:
         return f"{self.task}/{self.name}"
 
 
-TRAININGS = [  # learning rates from short runs on the training split (docs/DESIGN.md, "SmolLM2 results")
+TRAININGS = [  # learning rates from short runs on the training split (docs/DESIGN.md, SmolLM2 results)
     Training("arithmetic", "magrpo-lora", lr=1e-3),
     Training("arithmetic", "magrpo-full", lora=False, lr=3e-5),
     Training("arithmetic", "iac-full", learner="iac", lora=False, lr=3e-5),
@@ -396,7 +396,7 @@ def main(argv: list[str] | None = None) -> int:
     if args.docs:
         shutil.copy(os.path.join(args.out, "curves.png"), os.path.join(ROOT, "docs", "img", "results.png"))
         replace_block(os.path.join(ROOT, "docs", "results.md"), "results",
-                      "# SmolLM2-135M results (`make results`)\n\n" + md)
+                      "### Held-out reward, base and trained\n\n" + md)  # the page's own title stays its only H1
     print(md)
     print(f"done in {seconds:.0f} s (this invocation; finished stages are reused)")
     return 0

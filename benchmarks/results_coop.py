@@ -29,13 +29,13 @@ sampled at the training settings and greedy, a 95% CI over episodes per seed; ov
 seed means with a t-interval (t_{0.975, n-1}: 2.776 for 5 seeds) and the pooled-episode CI. The first
 `EXAMPLES` sampled episodes of each row are kept (prompts, messages, answers, rewards) for the results page.
 
-Work units that span sessions: each stage (task, seed, condition) writes one small JSON file into the repo,
+Work units that survive interruption: each stage (task, seed, condition) writes one small JSON file into the repo,
 `benchmarks/results/coop/<task>/seed<N>/<condition>.json` (`--units`): its held-out metrics, example
 exchanges, training summary and curve, wall times and settings; no weights. The file is written atomically
 once the stage is complete, so killing a run loses only the stages in progress (a training resumes from its
 checkpoint in `--out`), and a stage whose file exists is skipped. Commit the unit files as they come. The
 report (`results.json`, `results.md`, `curves.png` in `--out`) and, with `--docs`, the marked block of
-`docs/results.md` and `docs/img/results-coop.png` are rebuilt from every unit file there, whichever session
+`docs/results.md` and `docs/img/results-coop.png` are rebuilt from every unit file there, whichever run
 made it, and from nothing else (`--docs-only`: rebuild without running anything). `--jobs N` runs N stages
 as subprocesses at once (the parent waits, then reports). `--out` (default `outputs/results-coop/`, not
 committed) holds `runs/<task>/seed<N>/<condition>/` (checkpoints, weights, metrics) and `logs/`.
@@ -72,11 +72,11 @@ from results import (EVAL_EPISODES, EVAL_SEED, LORA, SAMPLING, SPLIT_SEED, Task,
                      plot, replace_block, smollm2, write_json)
 
 TASKS = {"secretpair": "coop/SecretPair-v1", "picnic": "coop/Picnic-v1"}
-# Five seeds, fixed before seeds 3-4 ran (docs/DESIGN.md "Issue 44, session 5"): at 3 the t-interval's half-width
+# Five seeds, fixed before seeds 3-4 ran (docs/DESIGN.md, Cooperation results): at 3 the t-interval's half-width
 # is 2.48 sd over seeds, at 5 it is 1.24 sd; the budget per condition stays the same.
 SEEDS = (0, 1, 2, 3, 4)
-# Sampled completions per trained condition, all agents and turns together (issue 44: SecretPair's team
-# plateaued by 1,088 completions on seed 0; 20 rollouts of 64 leave 3 past it. docs/DESIGN.md "## Issue 44").
+# Sampled completions per trained condition, all agents and turns together: SecretPair's team plateaued by
+# 1,088 completions on seed 0, and 20 rollouts of 64 leave 3 past it (docs/DESIGN.md, Cooperation results).
 BUDGET = 1280
 COMPLETIONS_PER_ROLLOUT = 64  # per update, every condition: team 4 instances x 4 x 2 agents x 2 turns, lone 16 x 4
 GROUP = 4  # episodes per instance in a rollout: MAGRPO's group; the actor-critics' parallel copies
@@ -162,7 +162,8 @@ def train(task: str, seed: int, cond: Condition, model_dir: str, out: str, budge
         **SAMPLING, agent_learning_rate=lr, lr_scheduler_type=lr_schedule, seed=seed, eval_interval=0,
         verbose=False, output_dir=run_dir, logging_steps=1, peft_config=LORA, merge_adapters_on_save=True,
         agent_devices=device,
-        group_by_length=device == "cpu",  # a team's two turns in two forwards: 16% fewer tokens (docs/DESIGN.md)
+        # On CPU a team's two turns go in two forwards: 16% fewer tokens (docs/DESIGN.md, Cooperation results).
+        group_by_length=device == "cpu",
     )
     models = dict(env=env, agent_model=model_dir, num_agents=cond.num_agents)
     if cond.learner == "magrpo":
@@ -411,14 +412,15 @@ def write_report(args: argparse.Namespace) -> str:
         raise SystemExit(f"no unit files under {args.units}; run some units first")
     report = coop_report.build(results, list(TASKS), CONDITIONS)
     first = min(r["seed"] for r in results.values())
-    md = (table(report["rows"]) + "\nDifferences (a − b, held-out reward at T = 0.8). \"a is above/below\": the 95% "
-          "t-interval of the seed-paired difference excludes 0 (rows compare on the seeds both have; for one such "
-          "seed, its two evaluations' intervals combined); \"intervals apart\": the two rows' own intervals over their "
-          "seeds do not overlap.\n\n" + comparison_table(report["comparisons"])
+    md = (table(report["rows"]) + "\n#### Differences between conditions\n\n"
+          "Each row is a − b, the held-out reward at T = 0.8. \"a is above/below\": the 95% t-interval of the "
+          "seed-paired difference excludes 0 (rows compare on the seeds both have; for one such seed, its two "
+          "evaluations' intervals combined); \"intervals apart\": the two rows' own intervals over their seeds do "
+          "not overlap.\n\n" + comparison_table(report["comparisons"])
           + "\nRead off the numbers:\n\n" + findings(report["rows"], report["comparisons"])
-          + f"\nExample exchanges (seed {first}, the first two held-out episodes of each row, sampled; a team's turn 0 "
-          "is the message and turn 1 the answer, a lone agent's turn 0 its answer; each unit file keeps "
-          f"{EXAMPLES}):\n\n"
+          + f"\n#### Example exchanges\n\nSeed {first}, the first two held-out episodes of each row, sampled; a "
+          "team's turn 0 is the message and turn 1 the answer, a lone agent's turn 0 its answer; each unit file "
+          f"keeps {EXAMPLES}.\n\n"
           + exchanges({k: r for k, r in results.items() if r["seed"] == first}))
     write_json(os.path.join(args.out, "results.json"), {**report, "units": sorted(results)})
     with open(os.path.join(args.out, "results.md"), "w", encoding="utf-8") as f:
@@ -455,7 +457,7 @@ def load_units(units: str) -> dict[str, dict[str, Any]]:
 def docs_section(md: str, made: dict[str, list[Any]]) -> str:
     """The page's block: the settings the unit files were made with (`made`: each setting's values), then `md`."""
     said = lambda name: " / ".join(map(str, made.get(name) or ["?"]))  # noqa: E731
-    return (f"# Cooperation that pays: private-information tasks (`make results-coop`)\n\n"
+    return (f"### Held-out reward, every condition and seed\n\n"
             f"SmolLM2-135M-Instruct on {', '.join(f'`{v}`' for v in TASKS.values())}, seeds "
             f"{said('seeds')}; every trained condition sampled {said('budget')} completions "
             f"(LoRA r {LORA['r']}, lr {said('lr')} {said('lr_schedule')}; critics lr {CRITIC_LR}); "

@@ -11,9 +11,14 @@ import ast
 import dataclasses
 import inspect
 import pathlib
+import sys
 
-from learners import IACConfig, LearnerConfig, MAACConfig, MAGRPOConfig, MARLHFConfig, MARLHFIterConfig
-from learners.actor_critic_config import ActorCriticConfig
+# Run as a script, this folder comes first on sys.path, and its page folder docs/learners/ would shadow the
+# package as an empty namespace package: the repository's root goes first.
+sys.path.insert(0, str(pathlib.Path(__file__).resolve().parent.parent))
+
+from learners import IACConfig, LearnerConfig, MAACConfig, MAGRPOConfig, MARLHFConfig, MARLHFIterConfig  # noqa: E402
+from learners.actor_critic_config import ActorCriticConfig  # noqa: E402
 
 # ActorCriticConfig is not a learner's, but IACConfig and MAACConfig list only what differs from it: without
 # it here, the fields both share (ppo_epochs, critic_type, ...) would be documented nowhere.
@@ -43,7 +48,11 @@ def default(field: dataclasses.Field) -> str:
 def render() -> str:
     lines = ["# Configuration reference", "",
              "Generated from the field docstrings by `docs/config_md.py`; every learner config extends",
-             "`LearnerConfig`. A subclass lists its own fields and the shared ones whose default it changes.", ""]
+             "`LearnerConfig`. A subclass lists its own fields and the shared ones whose default it changes.", "",
+             "\"The reference\" and \"the reference library\" below mean CoMLRL 1.4.3, the existing library whose",
+             "`*Trainer` API the learners mirror (`MAGRPOTrainer`, `IACTrainer`, `MAACTrainer`, ... are aliases of",
+             "`MAGRPO`, `IAC`, `MAAC`, ...): a field with its name keeps its meaning unless the text says",
+             "otherwise.", ""]
     for cls in CONFIGS:
         docs = field_docs(cls)
         parent = next((b for b in cls.__mro__[1:] if dataclasses.is_dataclass(b)), None)

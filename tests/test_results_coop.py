@@ -8,6 +8,7 @@ from __future__ import annotations
 import json
 import math
 import os
+import re
 import shutil
 import subprocess
 import sys
@@ -109,8 +110,12 @@ def check_pipeline(capsys: pytest.CaptureFixture, tiny_dir: str, tmp_path: Path,
                               "--docs-page", str(page)]) == 0
     text = page.read_text()
     assert text.startswith("# Results\n\nhand-written\n") and "<!-- results-coop:begin -->" in text
+    block = text.split("<!-- results-coop:begin -->")[1]
+    assert not re.search(r"^#{1,2} ", block, re.M)  # the page's sections own the top levels; the block nests under
+    assert max(map(len, block.split("```")[1].splitlines())) <= coop_report.CODE_WIDTH  # the site cuts long code
     assert f"lr {results_coop.LR} {results_coop.LR_SCHEDULE};" in text
-    assert "seeds 0 / 1;" in text and "sampled 64 completions" in text and (page.parent / "img" / "results-coop.png").is_file()
+    assert "seeds 0 / 1;" in text and "sampled 64 completions" in text
+    assert (page.parent / "img" / "results-coop.png").is_file()
     assert (tmp_path / "rebuilt" / "results.md").read_text() in text
     timeless = lambda rows: [{k: v for k, v in r.items() if not k.startswith("minutes")} for r in rows]  # noqa: E731
     # the same numbers but the wall times (the lost unit ran again)
