@@ -9,7 +9,8 @@ critic's advantage, and each critic regresses its value on GAE(lambda) targets:
     L_critic = value_loss_coef * 1/|B| sum_s max((y_s - V_s)^2, (y_s - V_clip,s)^2),
     V_clip = V_old + clip(V - V_old, +- value_clip_range)
 
-lambda = 0 gives the reference's TD(0) targets y_t = r_t + discount * V(s_{t+1}).
+lambda = 0 gives the TD(0) targets y_t = r_t + discount * V(s_{t+1}) of the reference
+library, CoMLRL 1.4.3 (whose `IACTrainer` and `MAACTrainer` API these learners mirror).
 
 - **IAC**: every agent has its own critic. With `use_separate_critic=True` it is
   a separate causal LM plus a value head reading the actor's token ids; with
@@ -246,7 +247,23 @@ class ActorCritic(Learner):
 
 
 class IAC(ActorCritic):
-    """Independent actor-critic: each agent has its own critic (separate LLM or a head on its backbone)."""
+    """Independent actor-critic: every agent has a critic of its own, which reads only that agent's input.
+
+    Follows the independent actor-critic of arXiv 2601.21972, with LLM critics. Actor i minimizes a clipped
+    policy-gradient loss weighted by its critic's GAE(lambda) advantage A, and its critic regresses its value
+    V on the targets y_t = A_t + V_old(s_t):
+
+        L_actor = -1/|B| sum_s sum_t min(rho A_s, clip(rho, 1 +- eps) A_s) m_st
+        L_critic = value_loss_coef * 1/|B| sum_s max((y_s - V_s)^2, (y_s - V_clip,s)^2)
+
+    A critic is a causal LM with a fresh scalar value head, reading the agent's prompt (`critic_type="v"`:
+    at its last token) or prompt and completion ("q"). With `use_separate_critic=True` (the default) each
+    agent's critic is an LM of its own, on `critic_devices`: pass `critic_model` (an id or folder, loaded once
+    per agent, or a loaded model, copied for every agent after the first) or `critics` (one entry per trained
+    agent); one of the two is required. With `use_separate_critic=False` the head sits on the actor's own backbone, one forward
+    gives log-probs and value, and neither may be passed. Settings: `IACConfig`; the constructor is
+    `Learner`'s.
+    """
 
     config_class = IACConfig
 
@@ -379,7 +396,18 @@ class IAC(ActorCritic):
 
 
 class MAAC(ActorCritic):
-    """Multi-agent actor-critic with one centralized critic over the joint text."""
+    """Multi-agent actor-critic: the agents share one centralized critic that reads every agent's observation.
+
+    Follows the centralized-critic actor-critic of arXiv 2601.21972, with an LLM critic. The actors' loss is
+    IAC's, each weighted by the one critic's GAE(lambda) advantage; the critic regresses the team's value (its
+    reward is the mean of the agents' rewards) on GAE targets, one optimizer step per minibatch.
+
+    The critic is a causal LM with a fresh scalar value head, reading the joint text of the env's `state()`
+    (`critic_type="v"`) or of the state and the joint action ("q"), tokenized with agent 0's tokenizer and cut
+    to `critic_max_length`. It is required: pass `critic_model` (an id, a folder or a loaded model) or
+    `critics` (a list of one). Its head's hidden size is `model_config["critic_value_head_hidden_dim"]` (None:
+    a linear head); it sits on `critic_devices`. Settings: `MAACConfig`; the constructor is `Learner`'s.
+    """
 
     config_class = MAACConfig
 

@@ -1,6 +1,7 @@
 """IAC's and MAAC's settings (`learners.actor_critic` holds the learners): the fields both share
-(`ActorCriticConfig`), then each one's own. Every field of the reference library's `IACConfig` and
-`MAACConfig` is accepted with its meaning.
+(`ActorCriticConfig`), then each one's own. Every field of the `IACConfig` and `MAACConfig` of the reference
+library, CoMLRL 1.4.3 (whose `IACTrainer` and `MAACTrainer` API the learners mirror; "the reference" below),
+is accepted with its meaning.
 """
 
 from __future__ import annotations

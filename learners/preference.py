@@ -2,25 +2,22 @@
 
 One preference stage, then a policy phase:
 
-1. the current agents sample `preference_num_candidates` joint answers per task
-   instance (one batched generate per agent, as the rollout engine does);
-2. pairs (winner, loser) of two different texts are labelled by the task reward
-   (ties dropped) and selected by `pair_selection` (`rewards.preferences`);
-3. a `rewards.RewardModel` (backbone from `reward_model_name`, float32 unless
-   `reward_model_config` says otherwise, scalar head on the last non-padding
-   token) is trained with the Bradley-Terry loss -mean log sigmoid(s_w - s_l);
-   its accuracy is logged on held-out comparisons, set aside before replay
+1. the current agents sample `preference_num_candidates` joint answers per task instance (one batched
+   generate per agent, as the rollout engine does);
+2. pairs (winner, loser) of two different texts are labelled by the task reward (ties dropped) and selected
+   by `pair_selection` (`rewards.preferences`);
+3. a `rewards.RewardModel` (backbone from `reward_model_name`, float32 unless `reward_model_config` says
+   otherwise, scalar head on the last non-padding token) is trained with the Bradley-Terry loss
+   -mean log sigmoid(s_w - s_l); its accuracy is logged on held-out comparisons, set aside before replay
    draws and never trained on;
-4. the model is frozen and its score of the joint answer replaces the task
-   reward in the chosen RL learner (`rl_algorithm`: MAGRPO and its advantage
-   variants, IAC or MAAC; their code is reused, not copied). Evaluation always
-   uses the task reward.
+4. the model is frozen and its score of the joint answer replaces the task reward in the chosen RL learner
+   (`rl_algorithm`: MAGRPO and its advantage variants, IAC or MAAC; their code is reused, not copied).
+   Evaluation always uses the task reward.
 
-`MARLHFIter` repeats stages 1-4 `num_iterations` times, re-loading the reward
-model from its source every iteration (as the seed system does), with
-comparator policies (`current`, `current_copy`, `history`, `model`) and replay
-of earlier iterations' pairs (`current`, `nearest_k`, `all_history`,
-`lambda_decay`).
+`MARLHFIter` repeats stages 1-4 `num_iterations` times, re-loading the reward model from its source every
+iteration (as CoMLRL 1.4.3, the library whose `MARLHFTrainer` API these learners mirror, does), with
+comparator policies (`current`, `current_copy`, `history`, `model`) and replay of earlier iterations' pairs
+(`current`, `nearest_k`, `all_history`, `lambda_decay`).
 """
 
 from __future__ import annotations
@@ -62,16 +59,56 @@ __all__ = ["MARLHF", "MARLHFConfig", "MARLHFIter", "MARLHFIterConfig", "MARLHFIt
 
 
 class MARLHF:
-    """Preference stage + policy phase; `learner.policy` is the MAGRPO / IAC / MAAC doing the RL.
+    """Multi-agent RLHF: a reward model learned from preference pairs, then a policy learner trained against it.
 
-    Takes the constructor arguments of the other learners (DESIGN section 5) and a `MARLHFConfig`.
-    `agents`, `critics`, `tokenizers`, `env`, `evaluate()` and checkpoints are the policy learner's.
+    Follows RLHF from preferences (Christiano et al. 2017, arXiv 1706.03741) for a team: a preference stage
+    labels pairs of different joint answers of the current agents by the task reward and trains a fresh
+    `rewards.RewardModel` on them with the Bradley-Terry loss L = -mean log sigmoid(s_winner - s_loser); the
+    policy phase runs the `rl_algorithm` learner (MAGRPO or a variant, IAC or MAAC: `learner.policy`) with the
+    frozen model's score of each joint answer as every agent's reward, optimizing that learner's objective
+    under the learned reward. Evaluation always uses the task reward. `agents`, `critics`, `tokenizers`, `env`,
+    `evaluate()` and checkpoints are the policy learner's. Settings: `MARLHFConfig`.
     """
 
     config_class: type[MARLHFConfig] = MARLHFConfig
 
     def __init__(self, *, args: MARLHFConfig | None = None, critic_model: Any = None, critics: Any = None,
                  **kwargs: Any) -> None:
+        """Build the policy learner and check the preference settings; the first reward model comes in `learn()`.
+
+        Args:
+            args: The config: a `MARLHFConfig` (`MARLHFIterConfig` for MARLHFIter), which names the policy
+                learner (`rl_algorithm`) and holds its own settings (`policy_args`); None: the defaults.
+            critic_model: For an IAC or MAAC policy learner: the model its critics start from; None (and no
+                `critics`): the config's `critic_model_name`, else the first agent's id. MAGRPO takes none.
+            critics: For an IAC or MAAC policy learner, instead of `critic_model`: IAC's critics, one per trained
+                agent, or MAAC's one, as a list of one.
+            **kwargs: The policy learner's constructor arguments, passed on as given (`Learner` says more).
+
+        Keyword Args:
+            env (str | TextParallelEnv | Callable | None): The task; single-turn, as the reward model scores one.
+            train_dataset (Sequence[dict] | None): The task as a dataset, with `reward_func`.
+            reward_func (Callable | None): A dataset task's reward; it labels the preference pairs.
+            agent_model (Any): The model of every seat; also the default reward model and critic (its id).
+            agents (Sequence | None): One entry per seat; the first one's id serves those defaults.
+            num_agents (int | None): The number of seats.
+            tokenizer (Any): The tokenizer, or one per seat.
+            model_config (dict | None): How agents and critics load (the reward model: `reward_model_config`).
+            formatters (Any): A dataset task's prompt formatters.
+            external_transition (Callable | None): A dataset task's next-turn prompts (unused: one turn).
+            reward_processor (Callable | None): A map of every dataset reward.
+            eval_env (str | TextParallelEnv | Callable | None): The held-out evaluation task.
+            eval_dataset (Sequence[dict] | None): The held-out evaluation dataset.
+            wandb_config (dict | None): The wandb run, which also gets the `preference/*` metrics.
+            callbacks (Sequence | None): Callbacks, called with the policy learner.
+            eval_logger (Callable | None): Extra evaluation metrics, with `eval_aggregator`.
+            eval_aggregator (Callable | None): Reduces `eval_logger`'s rows to `eval/*` metrics.
+
+        Raises:
+            TypeError: `args` is not the class's config, or the policy learner refuses an argument.
+            ValueError: no `reward_model_name` while the agents are objects without an id; a run under torchrun
+                (MARLHF runs as one process); a value the policy learner refuses.
+        """
         cfg = args if args is not None else self.config_class()
         if not isinstance(cfg, self.config_class):
             raise TypeError(f"args must be a {self.config_class.__name__}, got {type(cfg).__name__}.")
@@ -89,7 +126,7 @@ class MARLHF:
         policy_cls, policy_cfg = cfg.policy_config()
         separate_critic = policy_cls is MAAC or (policy_cls is IAC and policy_cfg.use_separate_critic)
         if separate_critic and critic_model is None and critics is None:
-            # As the seed: critics default to critic_model_name, else the first actor's id.
+            # As in CoMLRL 1.4.3: critics default to critic_model_name, else the first actor's id.
             critic_model = cfg.critic_model_name or model_name((kwargs.get("agents") or [kwargs.get("agent_model")])[0])
         self.policy: Learner = policy_cls(args=policy_cfg, critic_model=critic_model, critics=critics, **kwargs)
         self.policy.wrapper = self  # our state_dict() and reward model ride in the policy learner's checkpoints
@@ -230,7 +267,7 @@ class MARLHF:
 
         A stage without training pairs (every candidate tied) trains nothing: the previous reward model
         stays in use, or, before any exists, `learn()` skips this iteration's policy phase. Either way it
-        warns and logs `preference/stage_without_pairs = 1` (the reference library stops instead).
+        warns and logs `preference/stage_without_pairs = 1` (CoMLRL 1.4.3 stops instead).
         """
         cfg = self.args
         pairs, scores = self.collect_pairs(self._pair_scorer())
@@ -380,7 +417,14 @@ class MARLHF:
 
 
 class MARLHFIter(MARLHF):
-    """MARLHF repeated `num_iterations` times, with comparators and replay of earlier pairs."""
+    """Iterated multi-agent RLHF: MARLHF's preference stage and policy phase, repeated `num_iterations` times.
+
+    Follows iterated (online) RLHF: each iteration samples fresh pairs from the improving agents, optionally
+    against a comparator policy (`comparator_policy`) and labelled by the previous reward model
+    (`preference_scoring_reward`), replays earlier pairs (`preference_replay_mode`), retrains the reward model
+    from its source with MARLHF's loss and continues the policy learner's objective under it. Settings:
+    `MARLHFIterConfig`; the constructor is `MARLHF`'s.
+    """
 
     config_class = MARLHFIterConfig
 

@@ -4,7 +4,8 @@
 ...) with the reward-model and preference fields. The policy learner's own fields (MAGRPO's
 `num_generations`, `advantage_mode`, ...; IAC's and MAAC's critic fields) live in `policy_args`, a
 `MAGRPOConfig`, `IACConfig` or `MAACConfig` as `rl_algorithm` says; left None, it is that class's
-defaults, so an IAC backend gets IAC's defaults. The reference library's flat spelling still works:
+defaults, so an IAC backend gets IAC's defaults. The flat spelling of the reference library, CoMLRL 1.4.3
+(whose `MARLHFTrainer` API the learners mirror; "the reference" below), still works:
 `MARLHFConfig(rl_algorithm="iac", critic_learning_rate=1e-5, num_generations=2)` puts those fields into
 `policy_args`.
 """

@@ -8,9 +8,10 @@ Each agent i maximizes the team's return with a group baseline instead of a crit
 where A_is is the advantage of sample s within its group (siblings of one
 tree node, or the copies of one task instance at one turn) and m_st masks
 exactly the sampled completion tokens (EOS in; prompt and padding out). With
-one optimizer step per rollout rho = 1 and the gradient is the reference's
--A grad(sum_t log pi). With several steps per rollout (`train_batch_size`
-smaller than the rollout) the ratio corrects for the policy having moved.
+one optimizer step per rollout rho = 1 and the gradient is -A grad(sum_t log pi),
+that of the reference library, CoMLRL 1.4.3 (whose `MAGRPOTrainer` API this
+learner mirrors). With several steps per rollout (`train_batch_size` smaller
+than the rollout) the ratio corrects for the policy having moved.
 
     learner = MAGRPO(env="coop/LengthRatio-v1", agent_model="path/to/model", num_agents=2,
                      args=MAGRPOConfig(num_generations=4, num_train_epochs=2))
@@ -66,7 +67,7 @@ class MAGRPOConfig(LearnerConfig):
     joint_mode: str = "aligned"
     """"aligned": sample k of every agent forms joint action k; "cross": all K^N combinations (tree only)."""
     rollout_mode: str = "auto"
-    """"tree": every node expands K children (the seed system); "parallel": K independent episodes per task;
+    """"tree": every node expands K children (as in CoMLRL 1.4.3); "parallel": K independent episodes per task;
     "auto" (resolved when the learner is built, then held here): "parallel" for turn-taking envs (fewer seats
     move than there are) with more than `AUTO_TREE_TURNS` turns, where a tree grows as K^turns, else "tree"
     (and "tree" with joint_mode="cross")."""
@@ -241,7 +242,21 @@ def counterfactual_advantages(rollout: Rollout, normalize: bool = True, kl: torc
 
 
 class MAGRPO(Learner):
-    """Multi-agent GRPO on environment rollouts; see the module docstring for the objective."""
+    """Multi-agent group-relative policy optimization: each agent learns from the team's return measured
+    against its group's, with no critic.
+
+    Follows MAGRPO (arXiv 2508.04652). The agents sample `num_generations` answers per task instance (a tree
+    whose nodes' children are siblings, or parallel copies of the instance: `rollout_mode`), and each agent i
+    minimizes
+
+        L_i = -1/|B| sum_{s in B} sum_t min(rho_st A_is, clip(rho_st, 1 - eps, 1 + eps) A_is) m_st,
+        rho_st = pi_i(y_st | x_s, y_s<t) / pi_old(y_st | x_s, y_s<t),
+
+    where A_is is sample s's return against its group's baseline (`advantage_mode`; divided by the group's std
+    with `advantage_normalization`), m_st masks exactly the sampled completion tokens and eps is `clip_range`.
+    With one optimizer step per rollout rho = 1. Settings: `MAGRPOConfig`; the constructor is `Learner`'s (no
+    critic: `critic_model` and `critics` raise).
+    """
 
     config_class = MAGRPOConfig
 
@@ -249,8 +264,7 @@ class MAGRPO(Learner):
         cfg: MAGRPOConfig = self.args
         return cfg.num_generations, cfg.rollout_mode, cfg.joint_mode
 
-    def __init__(self, **kwargs) -> None:
-        super().__init__(**kwargs)
+    def _seed_sampling(self) -> None:
         seed_everything(self.args.seed + self.dist.rank)  # ranks sample different completions
 
     def _validate(self) -> None:

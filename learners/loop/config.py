@@ -1,7 +1,8 @@
 """The settings every learner shares (`LearnerConfig`) and the one table of legacy spellings; the sampling
 settings derived from them are `learners.rollout.GenerationSettings`.
 
-Fields keep the reference library's names and meanings; where its default was a bug the field's docstring
+Fields keep the names and meanings of the reference library, CoMLRL 1.4.3 (the existing library whose
+`*Trainer` API the learners mirror; "the reference" below); where its default was a bug the field's docstring
 says so. Each learner's config extends `LearnerConfig` with its own fields (`MAGRPOConfig`, `IACConfig`,
 `MAACConfig`, `MARLHFConfig`); `__post_init__` validates every field before anything heavy happens. The
 numeric fields' rules are one table per class, `NUMBERS` (a `learners.rollout.settings.Number` per field:
@@ -47,7 +48,7 @@ ALIASES: dict[str, dict[Any, str]] = {
                           "previous_iteration": "history", "external": "model", "comparator": "model",
                           "reference": "model", "ref": "model"},
 }
-"""Legacy spellings (the reference library's and the seed system's) of mode values, by field. Configs
+"""Legacy spellings (CoMLRL 1.4.3's) of mode values, by field. Configs
 replace them by the canonical value in `__post_init__`; the rest of the library sees canonical names only."""
 
 

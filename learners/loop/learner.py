@@ -1,13 +1,12 @@
-"""`Learner`, the one shallow base class of every learner: construction, the `learn()` loop, evaluation,
-export and the training state a checkpoint holds. The base owns what every algorithm needs, nothing algorithmic:
+"""`Learner`, the one shallow base class of every learner. It owns what every algorithm needs, nothing
+algorithmic; each job has its module in this folder:
 
-- the task source: an env id, an env instance or factory, or `train_dataset` + `reward_func` (a `DatasetEnv`);
-- agent loading (`learners.models.agents`), devices, one AdamW and LR schedule per model;
-- the data order (`learners.loop.data`): each epoch visits every task instance in a seeded order, in
-  batches of `rollout_buffer_size` instances;
-- the `learn()` loop, which calls the learner's `step(roots)` once per batch: collect a rollout,
-  compute advantages, `update`, return metrics;
-- evaluation, logging, `save_model()` and training checkpoints (`learners.checkpointing`).
+- construction (`Learner.__init__`, its steps in `construction.py`): the task (an env id, instance or factory,
+  or `train_dataset` + `reward_func` as a `DatasetEnv`), seats, devices, agents (`learners.models`), one
+  AdamW and LR schedule per model, the rollout engine and the logger;
+- the `learn()` loop (`training.py`), which calls the learner's `step(roots)` once per batch of the seeded
+  data order (`data.py`): collect a rollout, compute advantages, `update`, return metrics;
+- evaluation (`evaluation.py`), `save_model()` and the training state of checkpoints (`saving.py`).
 
 A learner driving another one (MARLHF drives its policy learner) sets `relabel`, a `Rollout -> Rollout`
 function applied to every training rollout, and `wrapper`, whose `state_dict()` and
@@ -17,57 +16,44 @@ function applied to every training rollout, and `wrapper`, whose `state_dict()` 
 from __future__ import annotations
 
 import abc
-import dataclasses
-import json
+import functools
 import math
-import os
 import uuid
-import warnings
 from typing import Any, Callable, Sequence
 
 import torch
 
-import comlrl_env
 from comlrl_env import TextParallelEnv
 from learners.checkpointing.checkpoint import resume_checkpoint, save_checkpoint
-from learners.checkpointing.fingerprints import data_fingerprint
 from learners.checkpointing.manager import CheckpointManager
-from learners.checkpointing.sharded import ShardedState
-from learners.checkpointing.state import (
-    StateHooks,
-    TrainingState,
-    config_defaults,
-    find_stateful,
-    modules_as_saved,
-    qualified_name,
-)
-from learners.loop import data
+from learners.checkpointing.state import TrainingState
+from learners.loop import data, saving, training
 from learners.loop.config import LearnerConfig
-from learners.loop.evaluation import evaluate
-from learners.loop.logger import RunLogger
-from learners.loop.metrics import warn_if_no_signal
-from learners.loop.optim import adamw, lr_schedule
-from learners.models.agents import (
-    agent_count,
-    agents_by_model,
-    enable_gradient_checkpointing,
-    load_agents,
-    model_groups,
-    model_name,
-    save_gathered,
+from learners.loop.construction import (
+    agent_optimizers,
+    attach_lora,
+    build_envs,
+    check_eval_hooks,
+    checked_config,
+    open_logger,
+    place_models,
+    prepare_fixed_seats,
+    reference_models,
+    seat_devices,
+    start_engine,
 )
-from learners.models.fixed import Frozen, seat_record, split_seats
-from learners.models.lora import attach_adapters
+from learners.loop.evaluation import evaluate
+from learners.loop.optim import lr_schedule
+from learners.models.agents import agent_count, agents_by_model, load_agents, model_groups, model_name
+from learners.models.fixed import split_seats
 from learners.parallel.distributed import Distributed
 from learners.parallel.fsdp import Sharding
-from learners.parallel.placement import check_shared_devices, resolve_devices
-from learners.rollout import Rollout, RolloutEngine, check_rollout_size
-from learners.rollout.backends import backend_for, generation_weights
+from learners.parallel.placement import check_shared_devices
+from learners.rollout import Rollout, check_rollout_size
+from learners.rollout.backends import generation_weights
 from learners.rollout.scoring import Support, sampled_logprobs
 
 __all__ = ["Learner", "LearnerConfig"]
-
-LIBRARY_VERSION = comlrl_env.__version__
 
 
 class Learner(abc.ABC):
@@ -104,94 +90,160 @@ class Learner(abc.ABC):
         eval_aggregator: Callable[..., dict[str, float]] | None = None,
         args: LearnerConfig | None = None,
     ) -> None:
-        # Everything cheap is validated before any model loads.
-        self.args = args if args is not None else self.config_class()
-        if not isinstance(self.args, self.config_class):
-            raise TypeError(f"args must be a {self.config_class.__name__}, got {type(self.args).__name__}.")
-        cfg = self.args
-        if (eval_logger is None) != (eval_aggregator is None):
-            raise ValueError("eval_logger and eval_aggregator work together: pass both or neither.")
+        """Build the task, load the agents and everything that trains them; nothing trains until `learn()`.
+
+        The task is `env`, or `train_dataset` scored by `reward_func`. The trained models are `agent_model`
+        copied into `num_agents` seats, or `agents`, one entry per seat. The config, the arguments, the env,
+        the seats, the devices and the size of one rollout are all checked before any model loads.
+
+        Args:
+            env: The task: a registered env id (built by `comlrl_env.make(id)` with the env's defaults; for other
+                options pass the instance, e.g. `comlrl_env.make(id, num_turns=3)`), a `TextParallelEnv`, or a
+                zero-argument factory returning one. Give `env` or `train_dataset`, not both.
+            train_dataset: A dataset as the task: a `datasets.Dataset` or a list of dict rows, wrapped with
+                `reward_func` in a `comlrl_env.DatasetEnv` whose task instance i is row i. The config's
+                `num_turns`, `external_prompt_passthrough` and `early_termination_threshold` shape its episodes.
+            reward_func: With a dataset (required then): the joint reward, called on each joint action with one
+                list of completions per agent (and `prompts=`, `batch_items=` when it declares them; see
+                `rewards.calling`); it returns the reward every agent gets, or one per agent. Unused with `env`,
+                whose own rewards count.
+            agent_model: The model every trained seat starts from: a Hugging Face id or a local model folder,
+                loaded once per seat (with `peft_config`, once, shared by every seat's LoRA adapter). A loaded
+                model object fills one seat only, unless `peft_config` is set; to share one model between seats
+                (self-play), pass `agents=[model, model]`.
+            agents: One entry per seat (`env.possible_agents` order), instead of `agent_model`. An id, a folder
+                or a loaded model trains in its seat, and the same model object in several seats is self-play
+                (one model, one optimizer). A fixed policy plays its seat but never trains:
+                `learners.Frozen(model)`, a `FixedPolicy` such as `OpenSpielBot("random")`, or a callable.
+                Given together with `agent_model`, every name must equal it.
+            num_agents: Seats, fixed ones included; None: `len(agents)`, else `args.num_agents`, else 2. The env
+                must have exactly this many.
+            tokenizer: An id, a folder or a loaded tokenizer for every trained model, or a list with one per
+                seat (None entries: the model's own). None: each model's own, loaded from its id or folder; loaded
+                model objects need one. A `Frozen` seat without its own takes this one (or its list entry).
+                A missing pad token falls back to EOS.
+            critic_model: IAC and MAAC only (other learners raise): the model a critic starts from, an id, a
+                folder or a loaded causal LM, which gets a fresh value head; IAC uses it for every agent's
+                critic (a loaded model is copied for every agent after the first).
+            critics: IAC and MAAC only, instead of `critic_model`: IAC's critics, one per trained agent; MAAC's
+                one centralized critic, as a one-entry list.
+            model_config: How models load: `dtype` (or `torch_dtype`), `attn_implementation`, `model_kwargs`
+                (more `from_pretrained` arguments), `critic_model_kwargs` (the same for critics loaded from an id
+                or folder), `special_tokens` (added to every tokenizer, the embeddings grown to fit) and, for MAAC,
+                `critic_value_head_hidden_dim`. Other keys raise.
+            formatters: With a dataset: how a row becomes a prompt, one callable `row -> str` for every agent or a
+                list with one per agent; None: `row["prompt"]`. Unused with `env`.
+            external_transition: With a dataset of `num_turns > 1` (required then): returns the next turn's
+                prompts, one per agent, called as `external_transition(prompt=..., agent_completions=[...],
+                num_agents=N, prompt_history_per_agent=..., response_history_per_agent=...)` (and
+                `batch_item=row` when it declares it). Unused with `env`.
+            reward_processor: With a dataset: applied to every reward `reward_func` returns (e.g. scaling); it
+                must return a finite number. Unused with `env`.
+            eval_env: The held-out task `evaluate()` plays, given as `env` is (an id, an env or a factory).
+                None, and no `eval_dataset`: the training env.
+            eval_dataset: A held-out dataset, wrapped as `train_dataset` is (the same `reward_func`, `formatters`,
+                `external_transition` and `reward_processor`); give it or `eval_env`, not both.
+            wandb_config: Log to Weights & Biases (rank 0 only; the run opens when `learn()` starts): `project`,
+                `entity`, `name`, `tags`, `mode`, `id`, `resume`, ... (`learners.loop.logger`). None: no wandb.
+            callbacks: Objects with any of `on_learn_begin(learner)`, `on_step_end(learner, metrics)` (after every
+                rollout, with its metrics), `on_epoch_end(learner)` and `on_learn_end(learner)`. One with
+                `state_dict()` and `load_state_dict()` is saved in checkpoints and restored on resume.
+            eval_logger: Extra evaluation metrics, with `eval_aggregator`: at every evaluation it is called as
+                `eval_logger(agent_completions_turns=..., batch_items=..., prompts=...)`, where
+                `agent_completions_turns[a][i]` holds agent a's completions in episode i, turn by turn,
+                `batch_items[i]` is episode i's task (its dataset row) and `prompts[i]` the first agent's first
+                prompt; it returns a list of dicts of numbers (e.g. one per episode).
+            eval_aggregator: Reduces `eval_logger`'s list: called as `eval_aggregator(rows, num_turns=...)`, it
+                returns `{name: number}`, logged and returned as `eval/<name>`. Give both or neither.
+            args: The learner's config: a `MAGRPOConfig`, `IACConfig` or `MAACConfig` (the class's `config_class`);
+                None: its defaults.
+
+        Raises:
+            TypeError: `args` is not the learner's config class; `env` is not an id, an env or a factory; a model,
+                tokenizer or `reward_func` of the wrong kind.
+            ValueError: both or neither of `env` and `train_dataset`; only one of `eval_logger` and
+                `eval_aggregator`; seat counts that disagree (`num_agents`, `agents`, `args.num_agents`, the env);
+                critics for a learner without them; unknown `model_config` keys; a rollout that would sample more
+                than `max_rollout_samples` completions.
+            comlrl_env.EnvNotFound: `env` or `eval_env` is an id nobody registered (the message lists the ids).
+
+        Example:
+            ```python
+            from learners import MAGRPO, MAGRPOConfig
+
+            learner = MAGRPO(env="coop/LengthRatio-v1", agent_model="Qwen/Qwen2.5-0.5B", num_agents=2,
+                             args=MAGRPOConfig(num_generations=4, num_train_epochs=2))
+            learner.learn()
+            learner.save_model("out")
+            ```
+        """
+        # The config and the arguments: everything cheap is checked before any model loads.
+        self.args = cfg = checked_config(args, self.config_class)
+        check_eval_hooks(eval_logger, eval_aggregator)
         count = agent_count(num_agents, agents, cfg.num_agents)  # seats, fixed ones included
         cfg.check_per_agent(count)  # per-agent sampling values: one per seat
-        given_tokenizer = tokenizer  # one for every seat, or one per seat: a Frozen seat without its own uses it
-        agents, self.fixed, tokenizer = split_seats(agents, tokenizer)
+        sources, self.fixed, agent_tokenizer = split_seats(agents, tokenizer)  # trained sources, {seat: policy}
         self.dist = Distributed.from_env()
-        task = dict(reward_func=reward_func, num_agents=count, formatters=formatters, transition=external_transition,
-                    reward_processor=reward_processor, cfg=cfg)
-        self.env = data.build_env(env, train_dataset, what="env", **task)
-        if len(self.env.possible_agents) != count:
-            raise ValueError(
-                f"the environment has {len(self.env.possible_agents)} agents but {count} were configured "
-                f"(num_agents / agents); make them equal."
-            )
-        if env is not None and cfg.num_turns not in (1, self.env.num_turns):
-            warnings.warn(f"num_turns={cfg.num_turns} in the config does not apply to this env, which plays "
-                          f"{self.env.num_turns} turn(s); set it on the env (comlrl_env.make(id, num_turns=...)). "
-                          "The run records the env's count as env_num_turns.", stacklevel=2)
-        has_eval = eval_env is not None or eval_dataset is not None
-        self.eval_env = data.build_env(eval_env, eval_dataset, what="eval_env", **task) if has_eval else self.env
-        self.num_seats = count
-        self.num_agents = count - len(self.fixed)  # the trained agents
+        # The envs, the seats and their devices.
+        self.env, self.eval_env = build_envs(env, train_dataset, eval_env, eval_dataset, num_seats=count, cfg=cfg,
+                                             reward_func=reward_func, formatters=formatters,
+                                             external_transition=external_transition,
+                                             reward_processor=reward_processor)
+        self.num_seats, self.num_agents = count, count - len(self.fixed)  # seats; the trained agents
         self.seats = [s for s in range(count) if s not in self.fixed]  # the seat each trained agent plays
-        self.model_index = model_groups(agents, self.num_agents)  # agent -> its model (self-play: shared)
-        count = self.num_agents
-        self.reward_func = reward_func
-        self.callbacks = list(callbacks or [])
+        self.model_index = model_groups(sources, self.num_agents)  # agent -> its model (self-play: shared)
+        self.reward_func, self.callbacks = reward_func, list(callbacks or [])
         self.eval_logger, self.eval_aggregator = eval_logger, eval_aggregator
-        seat_devices = resolve_devices(cfg.agent_devices, self.num_seats, local_rank=self.dist.local_rank,
-                                       parallel_training=cfg.parallel_training)  # one per seat, fixed ones too
-        self.devices = [seat_devices[s] for s in self.seats]
+        by_seat = seat_devices(cfg, self.dist, self.num_seats)  # fixed seats too
+        self.devices = [by_seat[s] for s in self.seats]
         self.sharding = Sharding(cfg, self.dist, self.devices)  # FSDP: under torchrun, one device per process
         self.model_config = dict(model_config or {})
         self.critic_model, self.critic_sources = critic_model, critics
+        # The last checks before loading: shared devices, the learner's own, the size of one rollout.
         check_shared_devices(self.devices, self.model_agents(), [self.env.possible_agents[s] for s in self.seats])
-        self._validate()
-        K, mode, joint = self.rollout_plan()  # the rollout's size is refused here, before any model loads
-        check_rollout_size(self.env, cfg.seed, cfg.rollout_buffer_size, K, mode, joint, cfg.max_rollout_samples)
-
-        # With LoRA, homogeneous agents load one base model that all their adapters share.
-        shared_base = cfg.peft_config is not None and agents is None
-        if shared_base and isinstance(tokenizer, (list, tuple)):
-            tokenizer = tokenizer[0]
-        self.agents, self.tokenizers = load_agents(agent_model, agents,
-                                                   (1 if shared_base else count) if agents is None else None,
-                                                   tokenizer, self.model_config, None if cfg.peft_config else self.sharding)
-        if shared_base:
-            self.agents, self.tokenizers = self.agents * count, self.tokenizers * count
-        if cfg.peft_config is not None:
-            data.seed_everything(cfg.seed)  # adapters start identical across runs and ranks
-            self.agents = attach_adapters(self.agents, cfg.peft_config, cfg.merge_adapters_on_save, self.model_index)
-        self.agent_names = [model_name(a) for a in (agents if agents is not None else [agent_model] * count)]
-        for first, *_ in self.model_agents():
-            self.sharding.place(self.agents[first], self.devices[first])  # FSDP: sharded where it lands
-            if cfg.gradient_checkpointing:
-                enable_gradient_checkpointing(self.agents[first])
-        self.reference_models: list[torch.nn.Module] = []  # frozen copies of the agents as loaded, per agent
-        if cfg.reference_kl_enabled:
-            devices = resolve_devices(cfg.reference_devices, self.num_seats, what="reference", default=self.devices,
-                                      seats=self.seats)
-            copies = [self.sharding.place(self.sharding.copy(self.agents[a[0]]), devices[a[0]], frozen=True)
-                      .eval().requires_grad_(False) for a in self.model_agents()]
-            self.reference_models = [copies[m] for m in self.model_index]
+        self._validate()  # MAGRPO resolves rollout_mode="auto" here
+        check_rollout_size(self.env, cfg.seed, cfg.rollout_buffer_size, *self.rollout_plan(), cfg.max_rollout_samples)
+        # The models: agents, LoRA adapters, placement, reference copies, critics and heads, fixed seats.
+        self.agents, self.tokenizers = self._load_agents(agent_model, sources, agent_tokenizer)
+        self.agents = attach_lora(self.agents, cfg, self.model_index)
+        named = sources if sources is not None else [agent_model] * self.num_agents
+        self.agent_names = [model_name(a) for a in named]  # ids or dirs, recorded with exports
+        place_models(self.agents, self.model_agents(), self.devices, self.sharding, cfg.gradient_checkpointing)
+        self.reference_models = reference_models(self.agents, self.model_agents(), self.model_index, cfg,
+                                                 self.sharding, self.num_seats, self.devices, self.seats)
         self.schedule_epochs: int | None = None  # LR schedule length; None: num_train_epochs (MARLHFIter: the run's)
         self._setup_models()
-        for seat, policy in self.fixed.items():
-            if isinstance(policy, Frozen):
-                per_seat = isinstance(given_tokenizer, (list, tuple))
-                policy.prepare(cfg.generation_settings().for_agent(seat), seat_devices[seat], self.model_config,
-                               given_tokenizer[seat] if per_seat and len(given_tokenizer) == self.num_seats
-                               else None if per_seat else given_tokenizer)
-        # One optimizer and schedule per model: a model in several seats (self-play) steps once per minibatch.
-        self.optimizers = [adamw(self.agents[a[0]].parameters(), cfg.agent_learning_rate, cfg.weight_decay)
-                           for a in self.model_agents()]
+        prepare_fixed_seats(self.fixed, cfg, by_seat, self.model_config, tokenizer)
+        # What trains them, the engine that samples from them, the run's counters and logger.
+        self.optimizers = agent_optimizers(self.agents, self.model_agents(), cfg)
         self.schedulers = [self._scheduler(o) for o in self.optimizers]
         self.relabel: Callable[[Rollout], Rollout] | None = None  # MARLHF: its reward model's scores as rewards
         self.wrapper: Any = None  # a learner driving this one (MARLHF): its state joins checkpoints
-        self.sharding.shard(self.checkpoint_modules(), self.checkpoint_optimizers()[0], frozen=self.reference_models)
-        self.engine = RolloutEngine(self.agents, self.tokenizers, cfg.generation_settings(), self.fixed,
-                                    backend_for(cfg, self.agents, self.tokenizers, self.seats))  # on the filled models
-        self.engine.backend.follow([self.optimizers[m] for m in self.model_index])  # weights reach the backend
-        self.run_id = self.dist.gather(uuid.uuid4().hex)[0]  # one run id, rank 0's, on every rank
+        self.sharding.shard(self.checkpoint_modules(), self.checkpoint_optimizers()[0],
+                            frozen=self.reference_models)  # FSDP: every trained module and its optimizer state
+        self.engine = start_engine(cfg, self.agents, self.tokenizers, self.fixed, self.seats, self.optimizers,
+                                   self.model_index)
+        self._start_progress()
+        self.logger = open_logger(cfg, self.dist, wandb_config, saving.run_config(self), self.run_id)
+        self._seed_sampling()
+
+    # ----- construction steps of the learner's own ------------------------------------------------
+
+    def _load_agents(self, agent_model: Any, sources: list[Any] | None, tokenizer: Any) -> tuple[list[Any], list[Any]]:
+        """The trained agents and one tokenizer per agent. With LoRA, homogeneous agents load one base model
+        that all their adapters share."""
+        cfg, count = self.args, self.num_agents
+        shared_base = cfg.peft_config is not None and sources is None
+        if shared_base and isinstance(tokenizer, (list, tuple)):
+            tokenizer = tokenizer[0]
+        agents, tokenizers = load_agents(agent_model, sources, (1 if shared_base else count) if sources is None
+                                         else None, tokenizer, self.model_config,
+                                         None if cfg.peft_config else self.sharding)
+        return (agents * count, tokenizers * count) if shared_base else (agents, tokenizers)
+
+    def _start_progress(self) -> None:
+        """The run's id (rank 0's, on every rank) and its counters, all at zero."""
+        self.run_id = self.dist.gather(uuid.uuid4().hex)[0]
         self.checkpoint_sequence = 0
         self.wandb_identity: dict[str, Any] | None = None  # the last wandb run's, kept for later checkpoints
         self.env_steps = 0  # joint actions played (the x-axis of every metric)
@@ -202,11 +254,6 @@ class Learner(abc.ABC):
         self.completions_sampled = 0  # per agent, in training rollouts
         self.last_rollout: Rollout | None = None
         self.flat_rollouts = 0  # rollouts in a row in which no group's returns differed
-        main = self.dist.is_main  # only rank 0 writes files, opens wandb and shows a bar
-        self.logger = RunLogger(cfg.output_dir if main else None, wandb_config if main else None,
-                                self._run_config(), cfg.verbose and main, run_id=self.run_id,
-                                tensorboard="tensorboard" in (cfg.report_to or ()),
-                                completions_every=cfg.log_completions_steps)
 
     # ----- what a learner writes -------------------------------------------------
 
@@ -218,6 +265,10 @@ class Learner(abc.ABC):
 
     def _setup_models(self) -> None:
         """Attach heads, load critics and their optimizers (runs after the agents load)."""
+
+    def _seed_sampling(self) -> None:
+        """Runs last in construction: seed what sampling draws from. The base leaves the RNGs as construction
+        left them; MAGRPO seeds each rank here (IAC and MAAC do it at the end of `_setup_models`)."""
 
     def rollout_plan(self) -> tuple[int, str, str]:
         """`(num_generations, rollout_mode, joint_mode)` of this learner's training rollouts."""
@@ -241,7 +292,7 @@ class Learner(abc.ABC):
         checkpoint_steps: int | None = None,
     ) -> dict[str, float]:
         """Train until `num_train_epochs` epochs are done; return the last training metrics merged with the
-        last evaluation's (`train/*`, `perf/*` and `eval/*` keys).
+        last evaluation's (`train/*`, `perf/*` and `eval/*` keys). The loop is `learners.loop.training`.
 
         Args:
             checkpoint_dir: Write training checkpoints here (off when None): at completed epochs
@@ -251,62 +302,15 @@ class Learner(abc.ABC):
             checkpoint_total_limit: Keep only this run's newest N checkpoints.
             checkpoint_steps: Also checkpoint every N rollouts, mid-epoch.
         """
-        cfg = self.args
         ckpt = CheckpointManager(self, checkpoint_dir, checkpoint_interval, checkpoint_total_limit, checkpoint_steps)
         if resume_from_checkpoint is not None:
             ckpt.resume(resume_from_checkpoint)
             self.logger.resume_wandb(self.wandb_identity)
         ckpt.start()
-        size = self.epoch_size(self.env)
-        if self.dist.enabled and any(n % self.dist.world_size for n in (cfg.rollout_buffer_size, size,
-                                                                         cfg.train_batch_size or 0)):
-            raise ValueError(
-                f"with {self.dist.world_size} ranks, rollout_buffer_size ({cfg.rollout_buffer_size}), the epoch "
-                f"size ({size}) and train_batch_size ({cfg.train_batch_size}) must be multiples of the world size "
-                "so that every rank gets an equal shard; change them or the number of processes."
-            )
-        self.logger.start(total=cfg.num_train_epochs * self.batches_per_epoch,
-                          initial=self.epoch * self.batches_per_epoch + self.batch_in_epoch)
-        self._callback("on_learn_begin")
-        last: dict[str, float] = {}
-        evaluation: dict[str, float] = {}
-        try:
-            while self.epoch < cfg.num_train_epochs:
-                order = self.epoch_order(self.env, self.epoch)
-                batches = [order[i:i + cfg.rollout_buffer_size] for i in range(0, len(order), cfg.rollout_buffer_size)]
-                while self.batch_in_epoch < len(batches):
-                    roots = data.reset_roots(self.env, self.dist.shard(batches[self.batch_in_epoch]))
-                    with self._autocast():
-                        metrics = self.dist.mean_metrics(self.step(roots))
-                    for s in self.checkpoint_optimizers()[1]:  # every schedule steps once per rollout
-                        s.step()
-                    self.batch_in_epoch += 1
-                    self.rollouts_done += 1
-                    metrics["train/epoch"] = self.epoch + self.batch_in_epoch / len(batches)
-                    metrics["train/optimizer_steps"] = float(self.optimizer_steps)
-                    metrics["train/completions"] = float(self.completions_sampled)
-                    logged = metrics if self.rollouts_done % cfg.logging_steps == 0 else {}
-                    self.logger.log(logged, self.env_steps, advance=1)
-                    self.logger.log_rollout(self.last_rollout, self.env_steps, self.rollouts_done, bool(logged))
-                    last = metrics
-                    self.flat_rollouts = warn_if_no_signal(metrics, self.flat_rollouts)
-                    self._callback("on_step_end", metrics)
-                    if cfg.eval_interval and self.rollouts_done % cfg.eval_interval == 0:
-                        evaluation = self.evaluate()
-                    ckpt.after_step()
-                self.epoch += 1
-                self.batch_in_epoch = 0
-                self._callback("on_epoch_end")
-                ckpt.after_epoch(final=self.epoch == cfg.num_train_epochs)
-            if cfg.eval_interval and self.rollouts_done % cfg.eval_interval != 0:
-                evaluation = self.evaluate()
-            self._callback("on_learn_end")
-        finally:
-            self.logger.close()
-        return {**last, **evaluation}
+        return training.run_epochs(self, ckpt)
 
     def train(self, *args: Any, **kwargs: Any) -> dict[str, float]:
-        """Alias of `learn()` (the seed system's name)."""
+        """Alias of `learn()`: the name CoMLRL 1.4.3's trainers use."""
         return self.learn(*args, **kwargs)
 
     def collect(self, roots: list[TextParallelEnv], num_generations: int, rollout_mode: str = "parallel",
@@ -329,52 +333,24 @@ class Learner(abc.ABC):
         with generation_weights(self.engine.backend, self.sharding, self.agents):  # every rank; rank 0 evaluates
             return evaluate(self, num_eval_samples, greedy)
 
-    # ----- evaluation and export -----------------------------------------------------
+    # ----- export and the training state (checkpoints) ----------------------------------------
 
     def save_model(self, output_dir: str) -> None:
         """Write `output_dir/agent_{seat}/` for every trained seat (model + tokenizer, loadable by the Auto classes; a
         self-play model under each of its seats) and `comlrl_env.json`; rank 0 writes (FSDP: gathered from all)."""
         if not self.dist.is_main and not self.sharding.enabled:  # weights are identical on every rank
             return self.dist.barrier()
-        os.makedirs(output_dir, exist_ok=True)
-        for a, (model, tok) in enumerate(zip(self.agents, self.tokenizers)):
-            save_gathered(model, os.path.join(output_dir, self.seat_name(a)), tok, self.sharding)
+        saving.save_agents(self, output_dir)
         self._save_extra_models(output_dir)
-        if self.dist.is_main:
-            manifest = {"learner": type(self).__name__, "library_version": LIBRARY_VERSION,
-                        "num_agents": self.num_agents, "agent_sources": self.agent_names,
-                        **seat_record(self.env.possible_agents, self.fixed),
-                        "env_num_turns": self.env.num_turns, "config": dataclasses.asdict(self.args)}
-            with open(os.path.join(output_dir, "comlrl_env.json"), "w", encoding="utf-8") as f:
-                json.dump(manifest, f, indent=2, default=str)
+        saving.write_manifest(self, output_dir)
         self.dist.barrier()
 
     def _save_extra_models(self, output_dir: str) -> None:
         """Critics, value heads, reward models: written by the learners that have them."""
 
-    # ----- the training state (checkpoints) ---------------------------------------
-
     def training_state(self, epoch: int | None = None) -> TrainingState:
         """Everything a checkpoint holds, as plain data; the data order fingerprinted at `epoch` (default: now)."""
-        optimizers, schedulers = self.checkpoint_optimizers()
-        shards, modules, optimizers = ShardedState.split(self.checkpoint_modules(), optimizers, self.dist)
-        order = self.epoch_order(self.env, self.epoch if epoch is None else epoch)
-        return TrainingState(
-            learner=type(self).__name__, learner_class=qualified_name(type(self)),
-            library_version=LIBRARY_VERSION, num_agents=self.num_agents,
-            config=dataclasses.asdict(self.args), config_defaults=config_defaults(self.args),
-            modules=modules, optimizers=optimizers, schedulers=schedulers, shards=shards,
-            stateful=find_stateful(self.callbacks, {"env": self.env, "eval_env": self.eval_env},
-                                   {"reward_func": self.reward_func, "eval_logger": self.eval_logger,
-                                    "eval_aggregator": self.eval_aggregator}, owner=self),
-            extra=StateHooks(self.extra_state, self.load_extra_state), tokenizers=list(self.tokenizers),
-            data=data_fingerprint(self.env, self.epoch_size(self.env), order),
-            batches_per_epoch=self.batches_per_epoch,
-            progress={"epoch": self.epoch, "batch_in_epoch": self.batch_in_epoch,
-                      "rollouts_done": self.rollouts_done, "env_steps": self.env_steps},
-            run_id=self.run_id, sequence=self.checkpoint_sequence, wandb=self.wandb_identity,
-            dist=self.dist if self.dist.enabled else None,
-        )
+        return saving.training_state(self, epoch)
 
     def save_checkpoint(self, path: str) -> str:
         """Write the full training state to `path` (see `learners.checkpoint`); returns the path."""
@@ -384,7 +360,7 @@ class Learner(abc.ABC):
 
     def load_checkpoint(self, path: str) -> dict[str, Any]:
         """Restore the full training state from `path`; returns the progress counters."""
-        restored = resume_checkpoint(path, self._state_to_resume)
+        restored = resume_checkpoint(path, functools.partial(saving.state_to_resume, self))
         progress = restored["progress"]
         self.epoch, self.batch_in_epoch = progress["epoch"], progress["batch_in_epoch"]
         self.rollouts_done, self.env_steps = progress["rollouts_done"], progress["env_steps"]
@@ -392,15 +368,6 @@ class Learner(abc.ABC):
         self.logger.run_id = self.run_id
         self.wandb_identity = restored["wandb"]
         return progress
-
-    def _state_to_resume(self, saved: dict[str, Any]) -> TrainingState:
-        """The training state at the checkpoint's epoch (its data-order fingerprint depends on it), its modules
-        under the saved names: by seat, or by trained-agent index in checkpoints from before seat names."""
-        state = self.training_state(epoch=saved["progress"]["epoch"])
-        by_index = {f"{kind}_{self.seats[a]}": f"{kind}_{a}" for a in range(self.num_agents)
-                    for kind in ("agent", "reference")}
-        state.modules = modules_as_saved(state.modules, set(saved["shapes"]), by_index)
-        return state
 
     def seat_name(self, a: int) -> str:
         """`agent_{seat}`: the name trained agent `a` is saved under (export dirs, checkpoint modules), by the
@@ -475,24 +442,9 @@ class Learner(abc.ABC):
         (`GenerationBackend.support`: the seat's `logprob_temperature_of`, and with vLLM its top-k/top-p)."""
         return [self.engine.backend.support(a) for a in range(self.num_agents)]
 
-    def _autocast(self) -> torch.autocast:
-        """bfloat16 autocast on the agents' device type when `mixed_precision="bf16"` (else a no-op)."""
-        return torch.autocast(self.devices[0].type, dtype=torch.bfloat16, enabled=self.args.mixed_precision == "bf16")
-
     def _scheduler(self, optimizer: torch.optim.Optimizer) -> torch.optim.lr_scheduler.LambdaLR:
         """`lr_schedule` over `schedule_epochs` (else `num_train_epochs`) epochs, a length read at every step:
         a resume that raises `num_train_epochs`, and MARLHFIter, keep one schedule over the whole run."""
         per_epoch, cfg = self.batches_per_epoch, self.args
         return lr_schedule(optimizer, cfg.lr_scheduler_type, cfg.warmup_steps,
                            lambda: (self.schedule_epochs or cfg.num_train_epochs) * per_epoch)
-
-    def _callback(self, event: str, *args: Any) -> None:
-        for cb in self.callbacks:
-            fn = getattr(cb, event, None)
-            if fn is not None:
-                fn(self, *args)
-
-    def _run_config(self) -> dict[str, Any]:
-        """What the run logs as its settings: the config, plus the env's own turn count and seats."""
-        return {"learner": type(self).__name__, "num_agents": self.num_agents, **dataclasses.asdict(self.args),
-                "env_num_turns": self.env.num_turns, **seat_record(self.env.possible_agents, self.fixed)}
