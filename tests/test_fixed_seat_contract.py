@@ -1,5 +1,6 @@
 """A fixed seat that breaks its contract (one str per env and sample, env-major) fails with an error naming the
-seat, the policy and what was wrong, not an IndexError deep in the rollout engine."""
+seat, the policy and what was wrong, not an IndexError deep in the rollout engine: when the learner is built,
+before any model loads (each fixed seat is asked once then), not at `learn()`."""
 
 from __future__ import annotations
 
@@ -7,6 +8,7 @@ import pytest
 from test_mixed_teams import TakeTurns, magrpo
 
 from comlrl_env.policies import FixedPolicy
+from learners.loop import learner as learner_module
 
 
 class Returns(FixedPolicy):
@@ -29,10 +31,14 @@ class Returns(FixedPolicy):
     (lambda observation: None, TypeError,
      r"seat 'agent_1' \(CallablePolicy \{'policy': 'callable', .*\) returned a NoneType as text 0"),
 ])
-def test_a_fixed_seat_that_breaks_its_contract_names_itself(tiny_dir, policy, error, match):
-    learner = magrpo(tiny_dir, TakeTurns(num_turns=2), agents=[tiny_dir, policy])
+def test_a_fixed_seat_that_breaks_its_contract_names_itself(tiny_dir, policy, error, match, monkeypatch):
+    monkeypatch.setattr(learner_module, "load_agents", no_loading)
     with pytest.raises(error, match=match):
-        learner.learn()
+        magrpo(tiny_dir, TakeTurns(num_turns=2), agents=[tiny_dir, policy])
+
+
+def no_loading(*args, **kwargs):
+    raise AssertionError("a model loaded before the fixed seat was checked")
 
 
 class Raises(FixedPolicy):
@@ -47,8 +53,24 @@ class Raises(FixedPolicy):
 
 def test_a_fixed_seat_whose_act_raises_names_the_seat_and_chains_the_error(tiny_dir):
     """It used to surface as a bare KeyError from the user's act(), with nothing naming the seat."""
-    learner = magrpo(tiny_dir, TakeTurns(num_turns=2), agents=[tiny_dir, Raises()])
     with pytest.raises(RuntimeError, match=r"the fixed policy of seat 'agent_1' \(Raises \{'policy': 'raises'\}\) "
                                            r"raised in act\(\): KeyError: 'no such key'") as info:
-        learner.learn()
+        magrpo(tiny_dir, TakeTurns(num_turns=2), agents=[tiny_dir, Raises()])
     assert isinstance(info.value.__cause__, KeyError)
+
+
+class Counts(FixedPolicy):
+    """A well-behaved fixed policy that counts its calls."""
+
+    calls = 0
+
+    def act(self, envs, agent, num_samples=1):
+        Counts.calls += 1
+        return ["a b"] * (len(envs) * num_samples)
+
+
+def test_the_construction_probe_asks_a_copy_and_leaves_a_good_seat_alone(tiny_dir):
+    seat = Counts()
+    learner = magrpo(tiny_dir, TakeTurns(num_turns=2), agents=[tiny_dir, seat])
+    assert Counts.calls == 1 and learner.fixed[1] is seat  # asked once, through a copy; the seat plays as given
+    learner.learn()

@@ -45,12 +45,13 @@ from learners.loop.construction import (
 from learners.loop.evaluation import evaluate
 from learners.loop.optim import lr_schedule
 from learners.models.agents import agent_count, agents_by_model, load_agents, model_groups, model_name
-from learners.models.fixed import split_seats
+from learners.models.fixed import Frozen, split_seats
 from learners.parallel.distributed import Distributed
 from learners.parallel.fsdp import Sharding
 from learners.parallel.placement import check_shared_devices
 from learners.rollout import Rollout, check_rollout_size
 from learners.rollout.backends import generation_weights
+from learners.rollout.fixed_seats import check_fixed_seats
 from learners.rollout.scoring import Support, sampled_logprobs
 
 __all__ = ["Learner", "LearnerConfig"]
@@ -199,10 +200,12 @@ class Learner(abc.ABC):
         self.sharding = Sharding(cfg, self.dist, self.devices)  # FSDP: under torchrun, one device per process
         self.model_config = dict(model_config or {})
         self.critic_model, self.critic_sources = critic_model, critics
-        # The last checks before loading: shared devices, the learner's own, the size of one rollout.
+        # The last checks before loading: shared devices, the learner's own, the size of one rollout, the fixed
+        # seats' act() (a Frozen seat's model loads below).
         check_shared_devices(self.devices, self.model_agents(), [self.env.possible_agents[s] for s in self.seats])
         self._validate()  # MAGRPO resolves rollout_mode="auto" here
         check_rollout_size(self.env, cfg.seed, cfg.rollout_buffer_size, *self.rollout_plan(), cfg.max_rollout_samples)
+        check_fixed_seats(self.env, {s: p for s, p in self.fixed.items() if not isinstance(p, Frozen)}, cfg.seed)
         # The models: agents, LoRA adapters, placement, reference copies, critics and heads, fixed seats.
         self.agents, self.tokenizers = self._load_agents(agent_model, sources, agent_tokenizer)
         self.agents = attach_lora(self.agents, cfg, self.model_index)

@@ -53,6 +53,7 @@ from comlrl_env.policies import FixedPolicy
 from learners.parallel.placement import distinct_accelerators, per_agent
 from learners.rollout.backends.hf import HFBackend
 from learners.rollout.backends.protocol import GenerationBackend
+from learners.rollout.fixed_seats import check_fixed_actions, fixed_act
 from learners.rollout.samples import Rollout, SampleBatch
 from learners.rollout.settings import GenerationSettings
 
@@ -236,8 +237,8 @@ class RolloutEngine:
         for s, agent in enumerate(agent_ids):
             row_texts = [""] * (len(nodes) * per_node)
             if s in self.fixed:
-                acted = _fixed_act(self.fixed[s], [nodes[n] for n in moving[s]], agent, per_node) if moving[s] else []
-                _check_fixed_actions(self.fixed[s], agent, acted, len(moving[s]), per_node)
+                acted = fixed_act(self.fixed[s], [nodes[n] for n in moving[s]], agent, per_node) if moving[s] else []
+                check_fixed_actions(self.fixed[s], agent, acted, len(moving[s]), per_node)
             else:
                 acted = generated[seats.index(s)].completions if moving[s] else []
             for i, n in enumerate(moving[s]):
@@ -394,38 +395,3 @@ def check_rollout_size(env: TextParallelEnv, seed: int, num_tasks: int, num_gene
             "rollout_mode='parallel' (linear in the turns), a smaller num_generations, fewer turns (num_turns on "
             "the env) or a smaller rollout_buffer_size; or raise max_rollout_samples.")
     return cost
-
-
-def _fixed_act(policy: FixedPolicy, envs: list[Any], agent: str, per_node: int) -> Any:
-    """`policy.act(envs, agent, per_node)`; an exception it raises is re-raised as a RuntimeError naming the seat
-    and the policy, the original chained (`raise ... from`)."""
-    try:
-        return policy.act(envs, agent, per_node)
-    except Exception as exc:
-        raise RuntimeError(f"the fixed policy of seat {agent!r} ({_policy_label(policy)}) raised in act(): "
-                           f"{type(exc).__name__}: {exc}") from exc
-
-
-def _policy_label(policy: FixedPolicy) -> str:
-    """The policy's class and `describe()`, for a message (its class alone when `describe()` fails)."""
-    try:
-        return f"{type(policy).__name__} {policy.describe()}"
-    except Exception:  # a describe() that fails must not hide the real error
-        return type(policy).__name__
-
-
-def _check_fixed_actions(policy: FixedPolicy, agent: str, acted: Any, num_envs: int, per_node: int) -> None:
-    """Raise, naming the seat and what was wrong, unless the fixed policy `policy` of seat `agent` returned
-    what `FixedPolicy.act` promises: a list of `num_envs * per_node` strings (env-major)."""
-    expected = f"one str per env and sample, env-major: {num_envs} x {per_node} = {num_envs * per_node}"
-    if not isinstance(acted, (list, tuple)):
-        error, problem = TypeError, f"returned {type(acted).__name__} from act(); it must return a list of {expected}"
-    elif len(acted) != num_envs * per_node:
-        error, problem = ValueError, f"returned {len(acted)} texts from act(); it must return {expected}"
-    else:
-        bad = next((i for i, text in enumerate(acted) if not isinstance(text, str)), None)
-        if bad is None:
-            return
-        error, problem = TypeError, f"returned a {type(acted[bad]).__name__} as text {bad} from act(); every action " \
-                                    "must be a str"
-    raise error(f"the fixed policy of seat {agent!r} ({_policy_label(policy)}) {problem}.")
