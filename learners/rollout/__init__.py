@@ -1,8 +1,8 @@
 """The rollout: playing batches of episodes with the agents and handing the learners token-exact samples.
 
 Here live the engine (`RolloutEngine`), the data it returns (`SampleBatch`, `Rollout`), the sampling
-settings (`GenerationSettings`), token scoring shared by sampler and trainer (`scoring`) and the
-generation backends (`backends/`). May import `comlrl_env` and `learners.parallel`; nothing else of ours.
+settings (`GenerationSettings`), token scoring shared by sampler and trainer (`scoring`), the fixed seats'
+contract (`fixed_seats`) and the generation backends (`backends/`). May import `comlrl_env` and `learners.parallel`; nothing else of ours.
 """
 
 from learners.rollout.backends import GenerationBackend, HFBackend
