@@ -43,7 +43,7 @@ from learners.loop.losses import POLICY_STATS, policy_terms, reference_kl, value
 from learners.loop.metrics import MeanMetrics, rollout_metrics, update_metrics
 from learners.loop.optim import PolicyBatch, accumulate_gradients, adamw, gradient_step, policy_step
 from learners.models.agents import resolve_sources, save_gathered
-from learners.models.critics import CausalLMWithValueHead, ValueHead, load_critics
+from learners.models.critics import CausalLMWithValueHead, ValueHead, check_critic_tokenizer, load_critics
 from learners.parallel.fsdp import pass_sync
 from learners.parallel.placement import resolve_devices
 from learners.reinforce import acting_group_advantages
@@ -218,15 +218,6 @@ class ActorCritic(Learner):
                                     self.sharding)  # under FSDP folders load as skeletons (`Sharding.build`)
         self._critic_optimizers()
 
-    def _check_critic_vocabulary(self, c: int, agent: int, critic_name: str, reads: str) -> None:
-        """Refuse critic `c` when agent `agent`'s tokenizer, whose ids it reads, has ids beyond its embeddings
-        (they would fail with an IndexError at the first update); checked right after the critics load."""
-        vocab = self.critics[c].get_input_embeddings().weight.shape[0]
-        size = len(self.tokenizers[agent])
-        if vocab < size:
-            raise ValueError(f"{critic_name} has a vocabulary of {vocab} but reads {reads} ({size} tokens); use a "
-                             f"critic with agent {agent}'s tokenizer.")
-
     def _critic_optimizers(self) -> None:
         cfg: ActorCriticConfig = self.args
         lr = cfg.critic_learning_rate if cfg.critic_learning_rate is not None else cfg.agent_learning_rate
@@ -293,7 +284,8 @@ class IAC(ActorCritic):
                                       broadcast_objects=True)
             self._load_critics(sources, self.num_agents, cfg.critic_value_head_hidden_dim, per_seat=True)
             for i in range(self.num_agents):
-                self._check_critic_vocabulary(i, i, f"critic {i}", f"agent {i}'s token ids")
+                check_critic_tokenizer(self.critics[i], sources[i], self.tokenizers[i], i, f"critic {i}",
+                                       f"agent {i}'s token ids")
         else:
             for agent in self.agents:
                 CausalLMWithValueHead.attach(agent, cfg.value_head_hidden_dim)
@@ -424,7 +416,8 @@ class MAAC(ActorCritic):
         seed_everything(cfg.seed)  # the value head starts identical across runs and ranks
         sources = resolve_sources("critic", self.critic_model, self.critic_sources, 1)
         self._load_critics(sources, 1, self.model_config.get("critic_value_head_hidden_dim"))
-        self._check_critic_vocabulary(0, 0, "MAAC's critic", "the joint text tokenized with agent 0's tokenizer")
+        check_critic_tokenizer(self.critics[0], sources[0], self.tokenizers[0], 0, "MAAC's critic",
+                               "the joint text tokenized with agent 0's tokenizer")
         seed_everything(cfg.seed + self.dist.rank)  # ranks sample different completions
 
     def joint_texts(self, rollout: Rollout, idx: torch.Tensor) -> list[str]:

@@ -16,6 +16,17 @@ from learners.rollout.settings import Number
 __all__ = ["ActorCriticConfig", "IACConfig", "MAACConfig"]
 
 
+class DefaultRate(float):
+    """A learning rate left at its default: equal to the float it holds, and told apart from the same number
+    given by the user, so a setting that cannot apply warns whenever it was set (`IACConfig`)."""
+
+    def __repr__(self) -> str:
+        return float.__repr__(self)
+
+    def __deepcopy__(self, memo: dict) -> "DefaultRate":
+        return self
+
+
 @dataclasses.dataclass
 class ActorCriticConfig(LearnerConfig):
     """Fields shared by IAC and MAAC (the reference's names and meanings)."""
@@ -28,7 +39,7 @@ class ActorCriticConfig(LearnerConfig):
     """Task instances rolled out together (the reference's actor-critic default)."""
     top_k: int | None = None
     """Top-k sampling; None disables it (the reference's actor-critic default)."""
-    critic_learning_rate: float | None = 5e-6
+    critic_learning_rate: float | None = DefaultRate(5e-6)
     """AdamW learning rate of the critics; None uses `agent_learning_rate`. Unused by IAC with
     `use_separate_critic=False`: the actor's optimizer trains its value head (IACConfig warns when it is set)."""
     critic_type: str = "v"
@@ -66,6 +77,12 @@ class ActorCriticConfig(LearnerConfig):
     def __post_init__(self) -> None:
         super().__post_init__()
         canonicalize(self, "critic_type", ("v", "q"))
+        if self.advantage_normalization and self.num_generations * self.rollout_buffer_size < 2:
+            raise ValueError(
+                f"num_generations={self.num_generations} and rollout_buffer_size={self.rollout_buffer_size} give "
+                "each agent one row per turn, which advantage_normalization turns into an advantage of exactly 0: "
+                "the actors would never learn. Make num_generations * rollout_buffer_size >= 2, or set "
+                "advantage_normalization=False.")
 
 
 @dataclasses.dataclass
@@ -87,8 +104,8 @@ class IACConfig(ActorCriticConfig):
 
     def __post_init__(self) -> None:
         super().__post_init__()
-        default = next(f.default for f in dataclasses.fields(self) if f.name == "critic_learning_rate")
-        if not self.use_separate_critic and self.critic_learning_rate not in (None, default):
+        given = self.critic_learning_rate is not None and not isinstance(self.critic_learning_rate, DefaultRate)
+        if not self.use_separate_critic and given:
             warnings.warn(f"critic_learning_rate={self.critic_learning_rate!r} is unused with "
                           "use_separate_critic=False: each value head sits on its actor's backbone and the actor's "
                           "optimizer trains it at agent_learning_rate, its loss weighted by value_loss_coef. Leave "

@@ -95,12 +95,37 @@ def test_maac_refuses_a_critic_that_cannot_read_the_agents_token_ids(tiny_dir, t
                     train_dataset=train_dataset, args=MAACConfig(**FAST, rollout_buffer_size=2))
 
 
+@pytest.mark.parametrize("learner", ["iac", "maac"])
+def test_a_critic_with_a_larger_vocabulary_but_another_tokenizer_is_refused_naming_both(tiny_dir, tiny_llama_dir,
+                                                                                       learner):
+    """A 2048-token critic under 1024-token agents passed the size check and read the agents' ids as its own."""
+    common = dict(agent_model=tiny_llama_dir, num_agents=2, critic_model=tiny_dir, reward_func=zero_reward,
+                  train_dataset=train_dataset)
+    with pytest.raises(ValueError, match=r"critic.* \(.*tiny-qwen2.*\) has a tokenizer of its own that differs from "
+                                         r"agent 0's \(.*tiny-llama.*\): it would read"):
+        if learner == "maac":
+            MAACTrainer(**common, args=MAACConfig(**FAST, rollout_buffer_size=2))
+        else:
+            IACTrainer(**common, args=IACConfig(**FAST, rollout_buffer_size=2, use_separate_critic=True))
+
+
 # ----- 4. settings that do less than their names ----------------------------------------------------
+
+
+@pytest.mark.parametrize("config", [IACConfig, MAACConfig])
+def test_one_row_per_agent_and_turn_is_refused_where_normalization_would_zero_every_advantage(config):
+    with pytest.raises(ValueError, match=r"num_generations=1 and rollout_buffer_size=1 give each agent one row per "
+                                         r"turn, .* exactly 0"):
+        config(num_generations=1, rollout_buffer_size=1)
+    config(num_generations=1, rollout_buffer_size=1, advantage_normalization=False)  # raw advantages: fine
+    config(num_generations=2, rollout_buffer_size=1)
 
 
 def test_critic_learning_rate_with_a_shared_head_warns():
     with pytest.warns(UserWarning, match="critic_learning_rate=0.001 is unused with use_separate_critic=False"):
         IACConfig(use_separate_critic=False, critic_learning_rate=1e-3)
+    with pytest.warns(UserWarning, match="critic_learning_rate=5e-06 is unused"):  # set, though to the default
+        IACConfig(use_separate_critic=False, critic_learning_rate=5e-6)
     with warnings.catch_warnings():
         warnings.simplefilter("error")
         IACConfig(use_separate_critic=False)  # the default and None say nothing

@@ -17,11 +17,12 @@ from typing import Any
 import torch
 from torch import nn
 from torch.distributed.fsdp import FSDPModule
+from transformers import AutoTokenizer, PreTrainedTokenizerBase
 
 from learners.models.agents import enable_gradient_checkpointing, load_causal_lm
 from learners.parallel.fsdp import Sharding
 
-__all__ = ["CausalLMWithValueHead", "ValueHead", "load_critics"]
+__all__ = ["CausalLMWithValueHead", "ValueHead", "check_critic_tokenizer", "load_critics", "source_tokenizer"]
 
 
 class ValueHead(nn.Module):
@@ -102,3 +103,33 @@ def load_critics(sources: list[Any], devices: list[torch.device], model_config: 
         if gradient_checkpointing:
             enable_gradient_checkpointing(critics[-1])
     return critics
+
+
+def source_tokenizer(source: Any) -> PreTrainedTokenizerBase | None:
+    """The tokenizer saved with a model source (an id or a folder, or a loaded model's `name_or_path`), from
+    local files only; None when there is none to be found there."""
+    path = source if isinstance(source, (str, os.PathLike)) else getattr(source, "name_or_path", None)
+    if not path:
+        return None
+    try:
+        return AutoTokenizer.from_pretrained(path, local_files_only=True)
+    except Exception:  # no tokenizer files there: nothing to compare with
+        return None
+
+
+def check_critic_tokenizer(critic: nn.Module, source: Any, tokenizer: PreTrainedTokenizerBase, agent: int,
+                           critic_name: str, reads: str) -> None:
+    """Refuse a critic that would read another tokenizer's ids: a critic reads the token ids of agent `agent`'s
+    `tokenizer`, so its embeddings must hold every one of them, and its own tokenizer (where its `source` has
+    one) must give each of its tokens the same id. A larger vocabulary alone proves nothing: a different
+    tokenizer's ids would be read as other text."""
+    vocab = critic.get_input_embeddings().weight.shape[0]
+    if vocab < len(tokenizer):
+        raise ValueError(f"{critic_name} has a vocabulary of {vocab} but reads {reads} ({len(tokenizer)} tokens); use "
+                         f"a critic with agent {agent}'s tokenizer.")
+    own = source_tokenizer(source)
+    if own is not None and not own.get_vocab().items() <= tokenizer.get_vocab().items():
+        raise ValueError(
+            f"{critic_name} ({own.name_or_path}) has a tokenizer of its own that differs from agent {agent}'s "
+            f"({tokenizer.name_or_path}): it would read {reads} as its own ids, which stand for other text. Use a "
+            f"critic of agent {agent}'s model family (the same tokenizer), e.g. the agent's own model.")
