@@ -51,7 +51,7 @@ from learners.rollout import Rollout, SampleBatch
 from learners.rollout.backends import rollout_correction
 from learners.rollout.scoring import RolloutCorrection, token_logprobs
 from learners.rollout.settings import Number
-from rewards.models import encode_joint_texts, joint_text
+from rewards.models import encode_joint_texts, joint_text, min_joint_length
 
 __all__ = [
     "CausalLMWithValueHead",
@@ -220,7 +220,7 @@ class ActorCritic(Learner):
 
     def _critic_optimizers(self) -> None:
         cfg: ActorCriticConfig = self.args
-        lr = cfg.critic_learning_rate if cfg.critic_learning_rate is not None else cfg.agent_learning_rate
+        lr = float(cfg.critic_learning_rate if cfg.critic_learning_rate is not None else cfg.agent_learning_rate)
         self.critic_optimizers = [adamw(c.parameters(), lr, cfg.weight_decay) for c in self.critics]
         self.critic_schedulers = [self._scheduler(o) for o in self.critic_optimizers]
 
@@ -418,6 +418,11 @@ class MAAC(ActorCritic):
         self._load_critics(sources, 1, self.model_config.get("critic_value_head_hidden_dim"))
         check_critic_tokenizer(self.critics[0], sources[0], self.tokenizers[0], 0, "MAAC's critic",
                                "the joint text tokenized with agent 0's tokenizer")
+        shortest = min_joint_length(self.tokenizers[0], self.env.possible_agents)
+        if cfg.critic_max_length is not None and cfg.critic_max_length < shortest:
+            raise ValueError(f"critic_max_length={cfg.critic_max_length} cannot hold every agent's answer header and "
+                             f"first tokens ({shortest} tokens with agent 0's tokenizer): the critic would value "
+                             f"answers it cannot see. Raise it to at least {shortest}, or None to read all of it.")
         seed_everything(cfg.seed + self.dist.rank)  # ranks sample different completions
 
     def joint_texts(self, rollout: Rollout, idx: torch.Tensor) -> list[str]:

@@ -109,6 +109,12 @@ def test_a_critic_with_a_larger_vocabulary_but_another_tokenizer_is_refused_nami
             IACTrainer(**common, args=IACConfig(**FAST, rollout_buffer_size=2, use_separate_critic=True))
 
 
+def test_maac_refuses_a_critic_max_length_that_cannot_hold_every_answer(tiny_dir):
+    with pytest.raises(ValueError, match=r"critic_max_length=16 cannot hold every agent's answer header .* at least"):
+        MAACTrainer(agent_model=tiny_dir, num_agents=2, critic_model=tiny_dir, reward_func=zero_reward,
+                    train_dataset=train_dataset, args=MAACConfig(**FAST, rollout_buffer_size=2, critic_max_length=16))
+
+
 # ----- 4. settings that do less than their names ----------------------------------------------------
 
 
