@@ -15,6 +15,11 @@ itself imports without it. The ids of the `games` suite
 parameters; every other name is resolved on first use. An unknown name raises
 `EnvNotFound` with close matches; a game with neither string view is rejected.
 
+This module reads and plays the pyspiel game and state. The game-independent
+part (the prompt's answer block, reading answers, invalid actions, paying the
+change of returns, infos) is `comlrl_env.game_env.TextGameEnv`, whose
+docstring has it in full.
+
 **Agents.** One per player, in player order: `agent_i` is player i.
 `metadata["reward_structure"]` is "cooperative" for games whose players share
 one utility (tiny_hanabi, hanabi, coop_box_pushing), "competitive" for
@@ -23,57 +28,22 @@ zero-sum and constant-sum games, "general" otherwise.
 **Observation.** A header line (game and seat), the game's observation string
 for that player (its information-state string when the game has no
 observation string; `view=` picks one), then, when the player is to move, its
-legal actions as text, one per line (numbered `1.`, `2.`, ... with
-`numbered_actions=True`, when a whole number answers), the answer rule (`action_text.answer_rule`)
-with what an invalid answer costs, and `Your action:`. A player who is not to
-move reads that its reply is ignored.
+legal actions (`action_to_string`), the answer rule with what an invalid
+answer costs, and `Your action:`.
 
-**Turn-taking.** `env.to_move()` names the agents whose text counts now: the
-current player in a sequential game, every player with a legal action at a
-simultaneous-move node (whose actions are applied together, in one `step`).
-`env.legal_actions(agent)` lists the texts an agent may send now (empty when
-it is not to move). The text of an agent not to move is ignored: never parsed,
-never flagged, never penalised. `infos[agent]["to_move"]` says the same.
+**Turn-taking.** `env.to_move()` names the current player in a sequential
+game, every player with a legal action at a simultaneous-move node (whose
+actions are applied together, in one `step`). The text of an agent not to
+move is ignored.
 
-**Infos** tell a seat nothing its information state does not: `infos[agent]["turn"]`
-counts the steps at which that agent was to move (not the env's steps, which
-would count the others' moves, failed attempts included in phantom_ttt), and
-its `prompt_history` / `response_history` hold those steps' prompts and answers.
-`env.turn`, `env.prompt_history` and `env.response_history` keep every step.
-
-**Action format** (`comlrl_env.action_text`, whose docstring has the rule in
-full). An answer plays an action only when it names exactly one legal action:
-the whole answer is that action's text (`action_to_string`, e.g. `Bet`,
-`x(1,1)`, `(Play 0)`, `[P0]Bid: 3`), compared with case, spacing, brackets and
-punctuation ignored, or one of its short forms (`1,1` for `x(1,1)`, `13` or
-`bid 13` for `[P0]Bid: 13`, `b` for `Bet`); or the answer has one line
-`Action: <text>`. An answer that names two or more actions, restates one of
-the seat's own observations (`is_echo(text, agent)`: a copy of another seat's
-private view is never checked, so the reason cannot reveal it), uses lookalike
-letters, or names an occupied or malformed cell is invalid, and so is empty
-text or a non-`str`.
-`infos[agent]["invalid_action"]` gives the reason; model text never raises.
-
-**Invalid actions** (`invalid_action=`):
-
-- `"forfeit"` (the default): the episode ends at once and the offending seat's
-  return becomes the game's minimum utility (`game.min_utility()`); in a game
-  whose players share one utility the whole team's does. In a zero-sum or
-  constant-sum game the other seats share what is left of the game's sum
-  (each at most `max_utility()`: a two-player zero-sum game pays them
-  `-min_utility()`, a win by forfeit); in a general-sum game they keep what
-  they were paid. `infos[agent]["forfeit"]` is True for the offenders.
-- `"random"`: a uniformly random legal action is played for the offender,
-  drawn from the episode's own fallback stream (seeded at reset, apart from
-  chance, so an invalid answer never changes later deals), and
-  `invalid_action_penalty` is subtracted from the offender's reward only, once
-  per invalid action. The penalty defaults to the game's utility range
-  (`max_utility() - min_utility()`) and may not be smaller: an episode with an
-  invalid action then returns at most the game's minimum, so an invalid move
-  never beats a legal one. `infos[agent]["action_played"]` is the text played.
-
+**Answers and invalid actions.** An answer plays an action only when it names
+exactly one legal action (`comlrl_env.action_text`). `invalid_action="forfeit"`
+(the default) ends the episode with the offender's return at
+`game.min_utility()`; `"random"` plays a random legal action for it and
+subtracts `invalid_action_penalty` (at least `max_utility() - min_utility()`).
 A game without a finite utility range (the mean-field games) needs
 `invalid_action="random"` and an explicit `invalid_action_penalty`.
+`infos[agent]["turn"]` counts only the steps at which that agent was to move.
 
 **Chance.** Chance outcomes are drawn from the env's `np_random` with the
 probabilities of `chance_outcomes()` as soon as a chance node is reached, so
@@ -111,7 +81,7 @@ action; `OpenSpielBot("mcts", seed=0, simulations=100, rollouts=1)` runs
 OpenSpiel's MCTS with random rollouts (sequential, perfect-information games
 with terminal rewards). Both return action texts and are seeded.
 
-Versions: v0. Issue 34 changed v0 in place, before any release: one answer names one action
+Versions: v0. v0 changed in place, before any release: one answer names one action
 (the looser earliest-mention and prefix-of-a-number readings are gone), invalid answers forfeit by
 default, and fallback moves have their own random stream.
 """
@@ -119,13 +89,13 @@ default, and fallback moves have their own random stream.
 from __future__ import annotations
 
 import difflib
-import math
 from typing import Any, Sequence
 
 import numpy as np
 
-from comlrl_env.action_text import ActionMatch, answer_rule, parse_action, read_action
-from comlrl_env.base import AgentID, TextParallelEnv
+from comlrl_env.action_text import parse_action
+from comlrl_env.base import AgentID
+from comlrl_env.game_env import INVALID_ACTION_MODES, TextGameEnv
 from comlrl_env.openspiel_bots import OpenSpielBot, mcts_applies
 from comlrl_env.policies import FixedPolicy
 from comlrl_env.registry import ID_PATTERN, EnvNotFound, EnvSpec
@@ -138,8 +108,6 @@ except ImportError:  # pragma: no cover (exercised by monkeypatching in the test
 __all__ = ["INVALID_ACTION_MODES", "OpenSpielBot", "OpenSpielEnv", "game_spec", "mcts_applies", "parse_action"]
 
 _INSTALL = "pip install 'comlrl-env[games]'"
-INVALID_ACTION_MODES = ("forfeit", "random")
-"""What an invalid answer does (`OpenSpielEnv(invalid_action=...)`; the module docstring says how each pays)."""
 
 
 def _pyspiel() -> Any:
@@ -176,12 +144,12 @@ def _reward_structure(game_type: Any) -> str:
     return "general"
 
 
-class OpenSpielEnv(TextParallelEnv):
+class OpenSpielEnv(TextGameEnv):
     """An OpenSpiel game as a text environment (see the module docstring).
 
     Args:
         game: The pyspiel short name, e.g. "kuhn_poker".
-        invalid_action: "forfeit" (default) or "random": what an invalid answer does (module docstring).
+        invalid_action: "forfeit" (default) or "random": what an invalid answer does (`comlrl_env.game_env`).
         invalid_action_penalty: With "random": subtracted from the offender's reward per invalid action;
             None takes the game's utility range, the least allowed.
         numbered_actions: Number the legal actions in the prompt (`1. x(0,0)`); a whole-number answer then
@@ -193,8 +161,7 @@ class OpenSpielEnv(TextParallelEnv):
         **game_params: The game's parameters, passed to `pyspiel.load_game`.
     """
 
-    metadata: dict[str, Any] = {**TextParallelEnv.metadata, "name": "openspiel-v0", "num_tasks": None}
-    invalid_action_penalty_shared = False  # "random": the offender pays, also in cooperative games
+    metadata: dict[str, Any] = {**TextGameEnv.metadata, "name": "openspiel-v0", "num_tasks": None}
 
     def __init__(
         self,
@@ -217,38 +184,19 @@ class OpenSpielEnv(TextParallelEnv):
         self.game_params = dict(game_params)
         self.game = self._load_game(self.game_params)
         game_type = self.game.get_type()
-        views = {
-            "observation": game_type.provides_observation_string,
-            "information_state": game_type.provides_information_state_string,
-        }
-        if view is None:
-            view = "observation" if views["observation"] else "information_state"
-        if view not in views:
-            raise ValueError(f"view must be 'observation', 'information_state' or None, got {view!r}.")
-        if not any(views.values()):
-            raise ValueError(
-                f"OpenSpiel game {game!r} provides neither observation strings nor information-state strings, "
-                "so it has no text to show a language model; pick a game that provides one."
-            )
-        if not views[view]:
-            raise ValueError(f"OpenSpiel game {game!r} provides no {view} strings; use view=None.")
-        self.view = view
-        self.invalid_action = invalid_action
-        if not isinstance(numbered_actions, bool):
-            raise TypeError(f"numbered_actions must be a bool, got {numbered_actions!r}.")
-        self.numbered_actions = numbered_actions
-        self.invalid_action_penalty = self._penalty(invalid_action, invalid_action_penalty)
+        self.view = self._checked_view(view, game_type)
         # Games that sample chance from their own generator are reloaded at each reset, with the given
         # rng_seed (a fixed instance) or one drawn from np_random, so reset(seed=s) replays an episode.
         self._reseed = (
             game_type.chance_mode == pyspiel.GameType.ChanceMode.SAMPLED_STOCHASTIC
             and "rng_seed" in self.game.get_parameters()
         )
-        num_players = self.game.num_players()
         super().__init__(
-            num_agents=num_players,
+            num_players=self.game.num_players(),
             num_turns=max(1, int(self.game.max_game_length())),
-            roles=[f"player {i}" for i in range(num_players)],
+            invalid_action=invalid_action,
+            invalid_action_penalty=invalid_action_penalty,
+            numbered_actions=numbered_actions,
             max_observation_length=max_observation_length,
             max_action_length=max_action_length,
             render_mode=render_mode,
@@ -260,30 +208,24 @@ class OpenSpielEnv(TextParallelEnv):
         }
         self.game_state: Any = None
 
-    def _penalty(self, mode: str, penalty: float | None) -> float:
-        """The per-invalid-action penalty of `mode`, checked against the game's utility range."""
-        if mode not in INVALID_ACTION_MODES:
-            raise ValueError(f"invalid_action must be one of {INVALID_ACTION_MODES}, got {mode!r}.")
-        low, high = self.game.min_utility(), self.game.max_utility()
-        span = high - low if math.isfinite(low) and math.isfinite(high) else math.inf
-        if mode == "forfeit":
-            if penalty is not None:
-                raise ValueError(f"invalid_action_penalty={penalty!r} applies to invalid_action='random'; with "
-                                 f"'forfeit' an invalid answer ends the game at the minimum utility ({low}).")
-            if not math.isfinite(low):
-                raise ValueError(f"OpenSpiel game {self.game_name!r} declares no finite minimum utility ({low}), so "
-                                 "it cannot be forfeited; use invalid_action='random' with invalid_action_penalty.")
-            return 0.0  # the forfeit is the cost
-        if penalty is None:
-            if not math.isfinite(span):
-                raise ValueError(f"OpenSpiel game {self.game_name!r} declares no finite utility range; give "
-                                 "invalid_action_penalty (a bound on its returns' range).")
-            return float(span)
-        if isinstance(penalty, bool) or not isinstance(penalty, (int, float)) or not penalty >= min(span, math.inf):
+    def _checked_view(self, view: str | None, game_type: Any) -> str:
+        """`view`, or the string view the game provides when None; a game with neither is rejected."""
+        views = {
+            "observation": game_type.provides_observation_string,
+            "information_state": game_type.provides_information_state_string,
+        }
+        if view is None:
+            view = "observation" if views["observation"] else "information_state"
+        if view not in views:
+            raise ValueError(f"view must be 'observation', 'information_state' or None, got {view!r}.")
+        if not any(views.values()):
             raise ValueError(
-                f"invalid_action_penalty must be at least the game's utility range {span:g} (max {high:g} - "
-                f"min {low:g}), so that an invalid move never beats a legal one; got {penalty!r}. Leave it None.")
-        return float(penalty)
+                f"OpenSpiel game {self.game_name!r} provides neither observation strings nor information-state "
+                "strings, so it has no text to show a language model; pick a game that provides one."
+            )
+        if not views[view]:
+            raise ValueError(f"OpenSpiel game {self.game_name!r} provides no {view} strings; use view=None.")
+        return view
 
     def _load_game(self, params: dict[str, Any]) -> Any:
         try:
@@ -294,7 +236,76 @@ class OpenSpielEnv(TextParallelEnv):
                 f"Its parameters and defaults: pyspiel.load_game({self.game_name!r}).get_parameters()."
             ) from exc
 
-    # ----- turn-taking ----------------------------------------------------------------
+    # ----- the game's side of TextGameEnv ---------------------------------------------------
+
+    @property
+    def game_title(self) -> str:
+        return f"OpenSpiel game {self.game_name!r}"
+
+    def utility_range(self) -> tuple[float, float]:
+        return self.game.min_utility(), self.game.max_utility()
+
+    def utility_sum(self) -> float:
+        return float(self.game.utility_sum() or 0.0)
+
+    def start_game(self) -> dict[str, Any]:
+        if self._reseed:
+            seed = int(self.game_params.get("rng_seed", -1))
+            if seed < 0:
+                seed = int(self.np_random.integers(2**31 - 1))
+            self.game = self._load_game({**self.game_params, "rng_seed": seed})
+        self.game_state = self.game.new_initial_state()
+        chance_history: list[int] = []
+        self._play_chance(chance_history)
+        return {"chance_history": chance_history}
+
+    def _play_chance(self, chance_history: list[int]) -> None:
+        state = self.game_state
+        while state.is_chance_node():
+            outcomes, probs = zip(*state.chance_outcomes())
+            p = np.asarray(probs, dtype=float)
+            outcome = int(outcomes[self.np_random.choice(len(outcomes), p=p / p.sum())])
+            state.apply_action(outcome)
+            chance_history.append(outcome)
+
+    def players_to_move(self) -> list[AgentID]:
+        """The current player, or every player who can act at a simultaneous-move node; none at the end."""
+        state = self.game_state
+        if state is None or state.is_terminal():
+            return []
+        if state.is_simultaneous_node():
+            return [a for i, a in enumerate(self.possible_agents) if state.legal_actions(i)]
+        player = state.current_player()
+        return [self.possible_agents[player]] if 0 <= player < len(self.possible_agents) else []
+
+    def legal_actions(self, agent: AgentID) -> list[str]:
+        """The action texts `agent` may send now; empty when it is not to move."""
+        player = self.player(agent)
+        if agent not in self.to_move():
+            return []
+        return [self.game_state.action_to_string(player, a) for a in self.game_state.legal_actions(player)]
+
+    def seat_header(self, agent: AgentID) -> str:
+        game_type = self.game.get_type()
+        return (f"{game_type.long_name} (OpenSpiel {game_type.short_name}): you are player {self.player(agent)} "
+                f"of {self.game.num_players()}.")
+
+    def seat_view(self, agent: AgentID) -> str:
+        if self.view == "observation":
+            return self.game_state.observation_string(self.player(agent))
+        return self.game_state.information_state_string(self.player(agent))
+
+    def apply_moves(self, moves: dict[AgentID, int]) -> tuple[list[float], bool]:
+        state = self.game_state
+        chosen = {self.player(a): state.legal_actions(self.player(a))[i] for a, i in moves.items()}
+        if state.is_simultaneous_node():
+            state.apply_actions([chosen.get(p, pyspiel.INVALID_ACTION) for p in range(self.game.num_players())])
+        elif chosen:
+            state.apply_action(next(iter(chosen.values())))
+        self._play_chance(self.task["chance_history"])
+        return [float(r) for r in state.returns()], bool(state.is_terminal())
+
+    # ----- chance, replay, bots, copies, rendering -------------------------------------------
 
     @property
     def chance_history(self) -> list[int]:
@@ -316,165 +327,6 @@ class OpenSpielEnv(TextParallelEnv):
                 state.apply_action(history[i])
                 i += 1
         return state
-
-    def player(self, agent: AgentID) -> int:
-        """The OpenSpiel player index `agent` plays (`agent_i` is player i)."""
-        if agent not in self.possible_agents:
-            raise ValueError(f"unknown agent {agent!r}; agents: {self.possible_agents}.")
-        return self.possible_agents.index(agent)
-
-    def to_move(self) -> list[AgentID]:
-        """The agents whose action counts now: the current player, or every player who can act at a
-        simultaneous-move node; none once the game is over."""
-        state = self.game_state
-        if not self.agents or state is None or state.is_terminal() or (self.task or {}).get("forfeited"):
-            return []
-        if state.is_simultaneous_node():
-            return [a for i, a in enumerate(self.possible_agents) if state.legal_actions(i)]
-        player = state.current_player()
-        return [self.possible_agents[player]] if 0 <= player < len(self.possible_agents) else []
-
-    def legal_actions(self, agent: AgentID) -> list[str]:
-        """The action texts `agent` may send now; empty when it is not to move."""
-        player = self.player(agent)
-        if agent not in self.to_move():
-            return []
-        return [self.game_state.action_to_string(player, a) for a in self.game_state.legal_actions(player)]
-
-    # ----- the task -----------------------------------------------------------------------
-
-    def load_task(self, task_index: int | None) -> dict[str, Any]:
-        if self._reseed:
-            seed = int(self.game_params.get("rng_seed", -1))
-            if seed < 0:
-                seed = int(self.np_random.integers(2**31 - 1))
-            self.game = self._load_game({**self.game_params, "rng_seed": seed})
-        self.game_state = self.game.new_initial_state()
-        chance_history: list[int] = []
-        self._play_chance(chance_history)
-        # Fallback moves ("random") draw from their own stream, seeded here, so they never shift chance.
-        fallback = np.random.default_rng(int(self.np_random.integers(2**63 - 1)))
-        # "paid": the returns already handed out as rewards; a step pays the difference.
-        # "decisions": per agent, the steps at which it was to move (what its infos may tell it about).
-        return {"chance_history": chance_history, "paid": [0.0] * self.game.num_players(), "fallback": fallback,
-                "forfeited": [], "decisions": {a: [] for a in self.possible_agents}}
-
-    def _play_chance(self, chance_history: list[int]) -> None:
-        state = self.game_state
-        while state.is_chance_node():
-            outcomes, probs = zip(*state.chance_outcomes())
-            p = np.asarray(probs, dtype=float)
-            outcome = int(outcomes[self.np_random.choice(len(outcomes), p=p / p.sum())])
-            state.apply_action(outcome)
-            chance_history.append(outcome)
-
-    def prompts(self) -> dict[AgentID, str]:
-        movers = self.to_move()
-        game_type = self.game.get_type()
-        observations = {}
-        for agent in self.agents:
-            player = self.player(agent)
-            if self.view == "observation":
-                view = self.game_state.observation_string(player)
-            else:
-                view = self.game_state.information_state_string(player)
-            lines = [
-                f"{game_type.long_name} (OpenSpiel {game_type.short_name}): you are player {player} "
-                f"of {self.game.num_players()}.",
-                "",
-                view.rstrip() or "(nothing to see yet)",
-                "",
-            ]
-            if agent in movers:
-                legal = self.legal_actions(agent)
-                listed = [f"{i}. {text}" for i, text in enumerate(legal, 1)] if self.numbered_actions else legal
-                rule = answer_rule(legal, self.numbered_actions)
-                lines += ["Legal actions, one per line:", *listed, "", f"{rule} {self._cost_text()}", "Your action:"]
-            else:
-                lines += ["It is not your turn; your reply is ignored. Reply: wait"]
-            observations[agent] = "\n".join(lines)
-        return observations
-
-    def _cost_text(self) -> str:
-        """What an invalid answer costs, as the prompt says it."""
-        if self.invalid_action == "forfeit":
-            whose = "the team's" if self.metadata["reward_structure"] == "cooperative" else "your"
-            return f"An invalid answer forfeits the game: {whose} return becomes {self.game.min_utility():g}."
-        return f"An invalid answer plays a random legal action for you and costs you {self.invalid_action_penalty:g}."
-
-    def score(self, actions: dict[AgentID, str]) -> tuple[dict[AgentID, float], bool]:
-        state = self.game_state
-        chosen: dict[int, int] = {}
-        offenders: list[AgentID] = []
-        for agent in self.to_move():
-            self.task["decisions"][agent].append(self.turn)
-            player = self.player(agent)
-            legal = state.legal_actions(player)
-            texts = [state.action_to_string(player, a) for a in legal]
-            text = actions.get(agent, "")
-            found = read_action(text, texts, self.numbered_actions)
-            reason = found.reason
-            # An answer that parses restates an observation only when it is much longer than its action. Only
-            # the seat's own observations count: a copy of another seat's private view must not be told apart.
-            if found.index is not None and len(text) > len(texts[found.index]) + 40 and self.is_echo(text, agent):
-                found, reason = ActionMatch(None), "it restates the observation"
-            if found.index is None:
-                self.flag_invalid(agent, f"{text[:80]!r}: {reason}")
-                offenders.append(agent)
-                if self.invalid_action == "forfeit":
-                    continue
-                index = int(self.task["fallback"].integers(len(legal)))
-            else:
-                index = found.index
-            chosen[player] = legal[index]
-            self._step_infos.setdefault(agent, {})["action_played"] = texts[index]
-        if offenders and self.invalid_action == "forfeit":
-            return self._forfeit(offenders), True
-        if state.is_simultaneous_node():
-            state.apply_actions([chosen.get(p, pyspiel.INVALID_ACTION) for p in range(self.game.num_players())])
-        elif chosen:
-            state.apply_action(next(iter(chosen.values())))
-        self._play_chance(self.task["chance_history"])
-        return self._pay([float(r) for r in state.returns()]), bool(state.is_terminal())
-
-    def _info(self, agent: AgentID) -> dict[str, Any]:
-        """The base's infos, cut to what the seat knows: `turn` counts the steps at which `agent` was to move,
-        and `prompt_history` / `response_history` hold those steps' prompts and answers only. The steps in
-        between would count the others' moves, which a game can hide (phantom_ttt's failed attempts)."""
-        info = super()._info(agent)
-        steps = (self.task or {}).get("decisions", {}).get(agent, [])
-        info["turn"] = len(steps)
-        info["prompt_history"] = [self.prompt_history[agent][t] for t in steps]
-        info["response_history"] = [self.response_history[agent][t] for t in steps]
-        return info
-
-    def _pay(self, returns: list[float]) -> dict[AgentID, float]:
-        """Rewards that bring each seat's paid total to `returns`."""
-        paid = self.task["paid"]
-        rewards = {a: returns[i] - paid[i] for i, a in enumerate(self.possible_agents) if a in self.agents}
-        self.task["paid"] = returns
-        return rewards
-
-    def _forfeit(self, offenders: list[AgentID]) -> dict[AgentID, float]:
-        """End the episode: the offenders' returns become the game's minimum utility (every seat's when the
-        players share one utility); the other seats share the rest of a zero- or constant-sum game's sum, or
-        keep what they were paid (general sum)."""
-        low, high = self.game.min_utility(), self.game.max_utility()
-        utility = self.game.get_type().utility
-        lost = {self.player(a) for a in offenders}
-        returns = list(self.task["paid"])
-        others = [p for p in range(len(returns)) if p not in lost]
-        for p in range(len(returns)):
-            if p in lost or utility == pyspiel.GameType.Utility.IDENTICAL:
-                returns[p] = low
-        if others and utility in (pyspiel.GameType.Utility.ZERO_SUM, pyspiel.GameType.Utility.CONSTANT_SUM):
-            total = float(self.game.utility_sum() or 0.0)
-            for p in others:
-                returns[p] = min((total - low * len(lost)) / len(others), high)
-        for agent in offenders:
-            self._step_infos.setdefault(agent, {})["forfeit"] = True
-        self.task["forfeited"] = sorted(offenders)
-        return self._pay(returns)
 
     def reference_bots(self) -> dict[str, FixedPolicy]:
         """The benchmark's reference rows for this game (`comlrl_env.benchmark.scripted_policies`): the

@@ -156,6 +156,10 @@ def test_the_circle_finder_finds_a_circle(tmp_path, monkeypatch):
     ("learners.rollout", ["RolloutEngine", "SampleBatch", "Rollout", "GenerationSettings"]),
     ("rewards.code", ["execute", "execute_many", "ExecutionResult"]),
     ("comlrl_env", ["joint_text", "make", "register", "TextParallelEnv"]),
+    ("comlrl_env.openspiel", ["OpenSpielEnv", "OpenSpielBot", "INVALID_ACTION_MODES", "game_spec", "mcts_applies",
+                              "parse_action"]),
+    ("comlrl_env.openspiel_bots", ["OpenSpielBot", "mcts_applies"]),
+    ("comlrl_env.action_text", ["ActionMatch", "answer_rule", "normalize_action", "parse_action", "read_action"]),
 ])
 def test_documented_import_paths_still_work(path, names):
     module = importlib.import_module(path)
@@ -163,6 +167,8 @@ def test_documented_import_paths_still_work(path, names):
 
 
 def test_moved_paths_re_export_the_same_objects():
+    import comlrl_env.game_env
+    import comlrl_env.openspiel
     import learners.checkpoint
     import learners.checkpointing
     import rewards.code
@@ -171,3 +177,4 @@ def test_moved_paths_re_export_the_same_objects():
     assert learners.checkpoint.read_checkpoint_metadata is learners.checkpointing.read_checkpoint_metadata
     assert learners.checkpoint.CheckpointError is learners.checkpointing.CheckpointError
     assert rewards.code.execute is rewards.sandbox.execute
+    assert comlrl_env.openspiel.INVALID_ACTION_MODES is comlrl_env.game_env.INVALID_ACTION_MODES
