@@ -7,11 +7,16 @@ import shutil
 
 import pytest
 import torch
+import transformers
 from datasets import Dataset
 from transformers import AutoModelForCausalLM
 
+import comlrl_env
+
 from learners.actor_critic import IACConfig, MAACConfig
+from learners.checkpoint import read_checkpoint_metadata
 from learners.preference import (
+    MARLHF,
     MARLHFConfig,
     MARLHFIterConfig,
     MARLHFIterTrainer,
@@ -183,6 +188,45 @@ def test_reward_model_name_is_required_for_model_objects(tiny_dir):
                       args=MARLHFConfig(**SMALL))
 
 
+@pytest.fixture
+def no_model_loads(monkeypatch):
+    """Any model load fails: the error under test must come first."""
+    def refuse(*args, **kwargs):
+        raise AssertionError(f"a model was loaded ({args[:1]!r}) before the argument error")
+    for cls in (transformers.AutoModelForCausalLM, transformers.AutoModel, transformers.PreTrainedModel):
+        monkeypatch.setattr(cls, "from_pretrained", refuse)
+
+
+def guess_number(turns):
+    """A factory of the GuessNumber env with `turns` turns."""
+    return lambda: comlrl_env.make("coop/GuessNumber-v1", num_turns=turns)
+
+
+@pytest.mark.parametrize("env, turns", [
+    (comlrl_env.make("coop/GuessNumber-v1", num_turns=2), 2),  # an instance
+    ("coop/GuessNumber-v1", 4),  # an id whose env plays 4 turns by default
+    (guess_number(3), 3),  # a factory
+], ids=["instance", "id", "factory"])
+def test_an_env_of_several_turns_is_refused_before_any_model_loads(tiny_dir, env, turns, no_model_loads):
+    """The config's num_turns=1 let it through: the run failed after its first preference stage, telling the
+    user to set num_turns=1, which they had."""
+    with pytest.raises(ValueError, match=rf"MARLHFIter trains against a reward model that scores single-turn .* "
+                                         rf"plays up to {turns} turns \(env.num_turns={turns}\)\. Use an env with "
+                                         r"one turn \(comlrl_env.make\(id, num_turns=1\).*MAGRPO, IAC or MAAC"):
+        MARLHFIterTrainer(env=env, agent_model=tiny_dir, num_agents=2, args=MARLHFIterConfig(**SMALL))
+
+
+def test_a_one_turn_env_is_built_once_and_handed_to_the_policy_learner(tiny_dir):
+    calls = []
+
+    def factory():
+        calls.append(1)
+        return guess_number(1)()
+
+    learner = MARLHF(env=factory, agent_model=tiny_dir, num_agents=2, args=MARLHFConfig(**SMALL))
+    assert calls == [1] and learner.env.num_turns == 1 and learner.policy.eval_env is learner.env
+
+
 def test_device_fallback_is_the_learners_device(tiny_dir):
     learner = MARLHFTrainer(agent_model=tiny_dir, num_agents=2, reward_func=longer, train_dataset=train_dataset,
                             args=MARLHFConfig(**SMALL))
@@ -226,6 +270,33 @@ def test_seed_marlhf_example_trains_and_exports_the_reward_model(hub, tmp_path):
     assert torch.allclose(reloaded.score(["x y"]), trainer.reward_model.score(["x y"]), atol=1e-6)
     evaluation = trainer.evaluate(num_eval_samples=2)
     assert "eval/reward_mean" in evaluation
+
+
+def test_preference_metrics_reach_metrics_jsonl(tiny_dir, tmp_path):
+    """The stage logged while the policy learner's logger was closed: its metrics were only in the returned dict."""
+    out = tmp_path / "run"
+    learner = MARLHF(train_dataset=train_dataset, reward_func=longer, agent_model=tiny_dir, num_agents=2,
+                     args=MARLHFConfig(**SMALL, output_dir=str(out)))
+    returned = learner.learn()
+    rows = [json.loads(line) for line in (out / "metrics.jsonl").read_text().splitlines()]
+    stage = [r for r in rows if any(k.startswith("preference/") for k in r)]
+    assert len(stage) == 1 and stage[0]["preference/current_pairs"] == returned["preference/current_pairs"] > 0
+    assert stage[0]["preference/iteration"] == 0.0 and "preference/reward_model_loss" in stage[0]
+    assert rows.index(stage[0]) == 0 and any("train/reward_mean" in r for r in rows[1:])  # then the policy phase
+    assert {r["run_id"] for r in rows} == {learner.policy.run_id}
+    assert learner.policy.logger.run is None and learner.policy.logger.writer is None  # closed after learn()
+
+
+def test_every_iteration_logs_to_one_wandb_run(tiny_dir, tmp_path):
+    """Each policy phase opened and finished its own wandb run, and the stages logged to none."""
+    pytest.importorskip("wandb")
+    trainer = MARLHFIterTrainer(agent_model=tiny_dir, num_agents=2, reward_func=longer, train_dataset=train_dataset,
+                                wandb_config={"mode": "offline", "dir": str(tmp_path / "wandb"), "project": "t"},
+                                args=MARLHFIterConfig(num_iterations=2, **SMALL))
+    trainer.learn(checkpoint_dir=str(tmp_path / "ck"))
+    saved = sorted((tmp_path / "ck").iterdir())
+    assert len(saved) == 4  # after each stage and each policy phase
+    assert len({read_checkpoint_metadata(p)["wandb"]["id"] for p in saved}) == 1
 
 
 @pytest.mark.parametrize("backend", ["iac", "maac"])

@@ -293,6 +293,26 @@ def test_no_length_from_16_to_128_drops_every_answer_or_merges_two_answer_sets(t
     assert 16 < need < 128  # the sweep crosses the threshold
 
 
+def test_a_reward_max_length_below_the_minimum_is_refused_before_any_model_loads(tiny_dir, monkeypatch):
+    """It was accepted, and the run failed at the first scoring, after the agents loaded and a preference
+    stage's candidates were sampled."""
+    need = min_joint_length(AutoTokenizer.from_pretrained(tiny_dir), ["agent_0", "agent_1"])
+    assert 16 < need <= 128
+
+    def refuse(*args, **kwargs):
+        raise AssertionError("a model was loaded before the argument error")
+
+    with monkeypatch.context() as patched:
+        patched.setattr(AutoModelForCausalLM, "from_pretrained", refuse)
+        with pytest.raises(ValueError, match=rf"reward_max_length=16 is too short for joint texts of 2 agents: .* "
+                                             rf"need {need} tokens.*Set reward_max_length >= {need}, or None"):
+            MARLHFTrainer(agent_model=tiny_dir, num_agents=2, reward_func=longer, train_dataset=train_dataset,
+                          args=MARLHFConfig(**SMALL, reward_max_length=16))
+    trainer = MARLHFTrainer(agent_model=tiny_dir, num_agents=2, reward_func=longer, train_dataset=train_dataset,
+                            args=MARLHFConfig(**SMALL, reward_max_length=128))
+    assert trainer.load_reward_model().max_length == 128
+
+
 def test_a_cut_block_keeps_its_header_and_its_tail(tiny_dir):
     tok = AutoTokenizer.from_pretrained(tiny_dir)
     state = "[agent_0]\n" + "word " * 60

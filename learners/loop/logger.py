@@ -9,20 +9,20 @@ answers every `log_completions_steps` rollouts) and, for tasks that report `info
 (`comlrl_env.info_flow`), `episodes.jsonl`: at every logged rollout, one row per episode with `task_index`,
 each agent's `messages` (what it sent at the message turn), `answers`, `used_partner_info` and `returns`.
 
-`wandb.init` happens in `RunLogger.start()` (called by `learn()`), never when a
-learner is built, so constructing a learner opens no run. `wandb_config`
-keys: `project`, `entity`, `name` (or `run_name`), `tags`, `dir`, `id`,
-`resume`, `mode` ("online", "offline", "disabled") and `config_sections`
-(merged into the run config).
+`wandb.init` happens when the logger opens: in `RunLogger.start()` (called by `learn()`) or on entering
+`RunLogger.kept_open()` (MARLHF's `learn()`), never when a learner is built, so constructing a learner opens
+no run. `wandb_config` keys: `project`, `entity`, `name` (or `run_name`), `tags`, `dir`, `id`, `resume`,
+`mode` ("online", "offline", "disabled") and `config_sections` (merged into the run config).
 """
 
 from __future__ import annotations
 
+import contextlib
 import json
 import math
 import os
 import random
-from typing import Any
+from typing import Any, Iterator
 
 import numpy as np
 import torch
@@ -75,6 +75,7 @@ class RunLogger:
         self.run: Any = None
         self._bar: Any = None
         self._file: Any = None
+        self._holds = 0  # open `kept_open()` blocks: while any is open, `close()` keeps the outputs open
 
     def wandb_identity(self) -> dict[str, Any] | None:
         """`{"id", "project", "entity", "name"}` (the known ones) of the active wandb run; None without one
@@ -95,8 +96,31 @@ class RunLogger:
             self.wandb_config = {**saved, **config, "id": identity["id"], "resume": "allow"}
 
     def start(self, total: int, initial: int = 0) -> None:
-        """Open the progress bar, the JSONL file and (if configured) the wandb run."""
-        if self.output_dir is not None:
+        """Open the progress bar and, unless they are open already, the JSONL file, TensorBoard and the wandb
+        run (if configured)."""
+        self._open_outputs()
+        self._bar = tqdm(total=total, initial=initial, disable=not self.verbose, desc="train", dynamic_ncols=True)
+
+    @contextlib.contextmanager
+    def kept_open(self) -> Iterator[RunLogger]:
+        """Open the JSONL file, TensorBoard and wandb now, and keep them open until the block ends.
+
+        The `start()` / `close()` pairs inside the block open and close only the progress bar, so a learner
+        that drives another one logs its own metrics between the other's runs into the same file and the same
+        wandb run (MARLHF: the preference stages between the policy learner's `learn()` calls).
+        """
+        self._open_outputs()
+        self._holds += 1
+        try:
+            yield self
+        finally:
+            self._holds -= 1
+            if not self._holds:
+                self.close()
+
+    def _open_outputs(self) -> None:
+        """Open whatever of the JSONL file, TensorBoard and the wandb run is configured and not open yet."""
+        if self.output_dir is not None and self._file is None:
             os.makedirs(self.output_dir, exist_ok=True)
             self._file = open(os.path.join(self.output_dir, "metrics.jsonl"), "a", encoding="utf-8")
         if self.tensorboard and self.writer is None:
@@ -119,7 +143,6 @@ class RunLogger:
             random.setstate(states[0])
             np.random.set_state(states[1])
             torch.set_rng_state(states[2])
-        self._bar = tqdm(total=total, initial=initial, disable=not self.verbose, desc="train", dynamic_ncols=True)
 
     def log(self, metrics: dict[str, float], step: int, advance: int = 0) -> None:
         """Record one metrics dict at `step` (env steps) and move the bar by `advance`."""
@@ -176,10 +199,13 @@ class RunLogger:
             self.run.log({"completions": table}, step=step)
 
     def close(self) -> None:
-        """Close the bar and the JSONL file, and finish the wandb run."""
+        """Close the bar and, unless a `kept_open()` block holds them, the JSONL file and TensorBoard, and finish
+        the wandb run."""
         if self._bar is not None:
             self._bar.close()
             self._bar = None
+        if self._holds:
+            return
         if self._file is not None:
             self._file.close()
             self._file = None
