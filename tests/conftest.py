@@ -5,6 +5,7 @@ from __future__ import annotations
 import pettingzoo
 import pytest
 import torch
+import transformers
 
 import comlrl_env
 from comlrl_env.testing import tiny_model
@@ -58,3 +59,12 @@ def _restore_registries():
     if pz_registry is not None:
         pz_registry.clear()
         pz_registry.update(pz_saved)
+
+
+@pytest.fixture
+def no_model_loads(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Any model load in the test fails: the error under test must come before any model loads."""
+    def refuse(*args, **kwargs):
+        raise AssertionError(f"a model was loaded ({args[:1]!r}) before the argument error")
+    for cls in (transformers.AutoModelForCausalLM, transformers.AutoModel, transformers.PreTrainedModel):
+        monkeypatch.setattr(cls, "from_pretrained", refuse)

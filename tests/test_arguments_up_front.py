@@ -13,7 +13,6 @@ import sys
 import warnings
 
 import pytest
-import transformers
 from datasets import Dataset
 from transformers import AutoModelForCausalLM, AutoTokenizer
 
@@ -31,15 +30,6 @@ from test_magrpo import space_reward as spaces
 
 def data(n=2):
     return Dataset.from_list([{"prompt": f"Question {i}:"} for i in range(n)])
-
-
-@pytest.fixture
-def no_model_loads(monkeypatch):
-    """Any model load in the test fails: the error under test must come first."""
-    def refuse(*args, **kwargs):
-        raise AssertionError(f"a model was loaded ({args[:1]!r}) before the argument error")
-    for cls in (transformers.AutoModelForCausalLM, transformers.AutoModel, transformers.PreTrainedModel):
-        monkeypatch.setattr(cls, "from_pretrained", refuse)
 
 
 @pytest.fixture(scope="module")
