@@ -1,7 +1,8 @@
 """learners: MAGRPO, IAC, MAAC, MARLHF and MARLHFIter for teams of Hugging Face causal-LM agents.
 
 The algorithms sit at the top, in modules named as CoMLRL 1.4.3's (`reinforce.py`, `actor_critic.py`,
-`preference.py`); the machinery they share lives in rooms below: `loop/` (the Learner base and the learn
+`preference.py`, with MARLHF's stage and checks in `preference_stage.py` and `preference_checks.py`); the
+machinery they share lives in rooms below: `loop/` (the Learner base and the learn
 loop), `rollout/` (the engine and its generation backends), `models/`, `checkpointing/` and `parallel/`.
 """
 
