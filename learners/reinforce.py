@@ -249,7 +249,8 @@ class MAGRPO(Learner):
     whose nodes' children are siblings, or parallel copies of the instance: `rollout_mode`), and each agent i
     minimizes
 
-        L_i = -1/|B| sum_{s in B} sum_t min(rho_st A_is, clip(rho_st, 1 - eps, 1 + eps) A_is) m_st,
+        L_i = -1/|B| sum_{s in B} sum_t m_st min(rho_st A_is,
+                                                 clip(rho_st, 1 - eps, 1 + eps) A_is),
         rho_st = pi_i(y_st | x_s, y_s<t) / pi_old(y_st | x_s, y_s<t),
 
     where A_is is sample s's return against its group's baseline (`advantage_mode`; divided by the group's std
