@@ -3,6 +3,7 @@
     make results-coop                                               # everything, resumable
     python benchmarks/results_coop.py --jobs 6 --device cuda --gguf SmolLM2-135M-Instruct.Q4_1.gguf
     python benchmarks/results_coop.py --only secretpair/seed0       # a part (stage keys, tasks or conditions)
+    python benchmarks/results_coop.py --only alone-own-scripted     # the scripted baseline: seconds, no model
     python benchmarks/results_coop.py --smoke --model-dir TINY      # every stage at toy sizes, into <out>-smoke
     python benchmarks/results_coop.py --docs-only --docs            # the results page from the committed units
 
@@ -15,7 +16,9 @@ default 0-4) one stage per condition (`CONDITIONS`) trains (if it is a trained c
 - base rows: the untrained model as the team, as the full agent and as the own-part agent;
 - the team trained with MAGRPO, IAC (a critic LLM per agent, reading that agent's own prompt and
   completion) and MAAC (one centralized critic LLM reading the env's state(): every agent's observation,
-  the messages received included); the lone full and own agents trained with MAGRPO.
+  the messages received included); the lone full and own agents trained with MAGRPO;
+- `alone-own-scripted`: no model; the own-part view answered by `OwnPartGuess` (its shown part and a seeded
+  uniform guess of the hidden one), whose expected reward is exactly the task's chance level, 1/12 here.
 
 Every trained condition samples the same `BUDGET` of completions (all agents and turns together: a team
 episode costs 2 agents x 2 turns, a lone episode 1), in rollouts of `COMPLETIONS_PER_ROLLOUT` each (a lone
@@ -25,20 +28,25 @@ models with a value head (a value head on a LoRA actor's backbone is not support
 sampling use `results.SAMPLING` (T = 0.8, chat template) and are seeded by the seed.
 
 Evaluation: `results.EVAL_EPISODES` held-out instances (`results.SPLIT_SEED`'s split, never trained on),
-sampled at the training settings and greedy, a 95% CI over episodes per seed; over seeds the mean of the
-seed means with a t-interval (t_{0.975, n-1}: 2.776 for 5 seeds) and the pooled-episode CI. The first
-`EXAMPLES` sampled episodes of each row are kept (prompts, messages, answers, rewards) for the results page.
+sampled at the training settings and greedy (the scripted row: sampled only), a 95% CI over episodes per seed;
+over seeds the mean of the seed means with a t-interval (t_{0.975, n-1}: 2.776 for 5 seeds) and the
+pooled-episode CI.
 
-Work units that survive interruption: each stage (task, seed, condition) writes one small JSON file into the repo,
-`benchmarks/results/coop/<task>/seed<N>/<condition>.json` (`--units`): its held-out metrics, example
-exchanges, training summary and curve, wall times and settings; no weights. The file is written atomically
-once the stage is complete, so killing a run loses only the stages in progress (a training resumes from its
-checkpoint in `--out`), and a stage whose file exists is skipped. Commit the unit files as they come. The
-report (`results.json`, `results.md`, `curves.png` in `--out`) and, with `--docs`, the marked block of
-`docs/results.md` and `docs/img/results-coop.png` are rebuilt from every unit file there, whichever run
-made it, and from nothing else (`--docs-only`: rebuild without running anything). `--jobs N` runs N stages
-as subprocesses at once (the parent waits, then reports). `--out` (default `outputs/results-coop/`, not
-committed) holds `runs/<task>/seed<N>/<condition>/` (checkpoints, weights, metrics) and `logs/`.
+Work units that survive interruption: each stage (task, seed, condition) writes one small JSON file into the
+repo, `benchmarks/results/coop/<task>/seed<N>/<condition>.json` (`--units`): its held-out metrics (`sampled`,
+`greedy`), the first `EXAMPLES` sampled exchanges (`examples`: what each agent saw and sent, turn by turn), every
+evaluation episode (`episodes`: `sampled` and `greedy` lists of rows; a team's are
+`comlrl_env.info_flow.episode_record` rows: each agent's message, answer, `used_partner_info` and return; a lone
+agent's its answer and return; gzip + base64 when a unit would pass `UNIT_BYTES`: `coop_report.episode_rows`),
+the training summary and curve, wall times and settings (a scripted unit: `greedy` None and its exact
+`expected_reward`); no weights. Units made before `episodes` was stored keep only the examples. The file is
+written atomically once the stage is complete, so killing a run loses only the stages in progress (a training
+resumes from its checkpoint in `--out`), and a stage whose file exists is skipped. Commit the unit files as they
+come. The report (`results.json`, `results.md`, `curves.png` in `--out`) and, with `--docs`, the marked block of
+`docs/results.md` and `docs/img/results-coop.png` are rebuilt from every unit file there, whichever run made it,
+and from nothing else (`--docs-only`: rebuild without running anything). `--jobs N` runs N stages as subprocesses
+at once (the parent waits, then reports). `--out` (default `outputs/results-coop/`, not committed) holds
+`runs/<task>/seed<N>/<condition>/` (checkpoints, weights, metrics) and `logs/`.
 """
 
 from __future__ import annotations
@@ -51,6 +59,7 @@ import platform
 import shutil
 import subprocess
 import sys
+import tempfile
 import time
 from typing import Any
 
@@ -60,6 +69,7 @@ for path in (ROOT, HERE):
     if path not in sys.path:
         sys.path.insert(0, path)
 
+import numpy as np  # noqa: E402
 import torch  # noqa: E402
 
 from comlrl_env import make  # noqa: E402
@@ -67,7 +77,6 @@ from comlrl_env.benchmark import evaluate_policy  # noqa: E402
 from learners import IAC, MAAC, MAGRPO, IACConfig, MAACConfig, MAGRPOConfig  # noqa: E402
 from learners.models.policy import AgentPolicy  # noqa: E402
 import coop_report  # noqa: E402
-from coop_report import comparison_table, exchanges, findings, table  # noqa: E402
 from results import (EVAL_EPISODES, EVAL_SEED, LORA, SAMPLING, SPLIT_SEED, Task, curve, fit,  # noqa: E402
                      plot, replace_block, smollm2, write_json)
 
@@ -84,7 +93,8 @@ LR_SCHEDULE = "constant"
 LR = 5e-4  # LoRA actors (results.py: 1e-3 learnt Arithmetic fast, 3e-4 FormatAgreement steadily)
 CRITIC_LR = 2e-5  # full critic models with a value head
 MAX_NEW_TOKENS = 16  # a message ("My colour is red." ~6 tokens) or an answer (2-3): a few words
-EXAMPLES = 3  # sampled episodes per row kept for the results page
+EXAMPLES = 3  # sampled exchanges per unit kept with what each agent saw, for the results page
+UNIT_BYTES = 200_000  # a unit's episode rows are stored gzip + base64 when its file would pass this
 # Measured on one H200 (141 GB): a stage's process peaks at 7-18 GB of GPU memory (a team with critics the most),
 # so 16 at once ran out of memory and the survivors stalled in the allocator's retries; 6 fit with room.
 GPU_JOBS = 6
@@ -94,11 +104,13 @@ CHILD_ENV = {**os.environ, "PYTORCH_CUDA_ALLOC_CONF": os.environ.get("PYTORCH_CU
 
 @dataclasses.dataclass(frozen=True)
 class Condition:
-    """One row of the table: a view of the task and the learner that trains it (None: the untrained model)."""
+    """One row of the table: a view of the task and the learner that trains it (None: the untrained model, or
+    with `scripted` no model: `OwnPartGuess` answers)."""
 
     name: str
     view: str  # "team" (2 agents, message then answer), "full" or "own" (1 agent, answer only)
     learner: str | None = None  # "magrpo", "iac", "maac"
+    scripted: bool = False
 
     @property
     def num_agents(self) -> int:
@@ -114,6 +126,7 @@ CONDITIONS = [
     Condition("alone-full-magrpo-lora", "full", "magrpo"),
     Condition("alone-own-base", "own"),
     Condition("alone-own-magrpo-lora", "own", "magrpo"),
+    Condition("alone-own-scripted", "own", scripted=True),
 ]
 BY_NAME = {c.name: c for c in CONDITIONS}
 UNITS = os.path.join(HERE, "results", "coop")  # the committed unit files: <task>/seed<N>/<condition>.json
@@ -141,6 +154,32 @@ def parse_key(key: str) -> tuple[str, int, Condition]:
 def unit_path(units: str, key: str) -> str:
     """The result file of the work unit `key` ("task/seedN/condition"): `<units>/<task>/seed<N>/<condition>.json`."""
     return os.path.join(units, key + ".json")
+
+
+class OwnPartGuess:
+    """The fair lone baseline of the `own` view: answer the part shown and a uniform, seeded guess of the other.
+
+    Its expected reward is exactly the task's `metadata["partner_info_chance"]` = 1/K, K the hidden part's
+    candidates (12 on SecretPair and Picnic). By the credit rule (`private_info.credit`) an answer that gets the
+    shown part right earns 1 when it also gets the hidden part right, and 0 otherwise (the shown part alone
+    pays nothing); the guess is uniform over the hidden part's K words and drawn independently of the
+    instance, so it is right with probability 1/K on every instance. Without the hidden part no answer earns
+    more on average over all of the task's instances: whatever part is shown, the hidden one takes each of its
+    K values once.
+    """
+
+    def __init__(self, seed: int | list[int]) -> None:
+        self.rng = np.random.default_rng(seed)
+
+    def __call__(self, observations: list[dict[str, str]], envs: list[Any]) -> list[dict[str, str]]:
+        actions = []
+        for obs, env in zip(observations, envs):
+            (agent,) = obs  # the own view's one agent
+            shown = env.held_parts(agent)[0]
+            hidden = env.VOCABULARIES[1 - shown]  # SecretPair's and Picnic's word lists, part 0's then part 1's
+            answer = [env.task["parts"][shown], hidden[int(self.rng.integers(len(hidden)))]]
+            actions.append({agent: " ".join(answer[::-1] if shown == 1 else answer)})  # part 0's word first
+        return actions
 
 
 # ----- one stage: train, then evaluate ----------------------------------------------------------------------
@@ -181,46 +220,45 @@ def train(task: str, seed: int, cond: Condition, model_dir: str, out: str, budge
                checkpoint_rollouts)
 
 
-class Recorder:
-    """A policy that plays `policy` and keeps the env copies of the first `n` episodes it is asked about;
-    after the episodes their `prompt_history`, `response_history` and `last_rewards` hold the exchange."""
-
-    def __init__(self, policy: Any, n: int) -> None:
-        self.policy, self.n, self.envs = policy, n, []
-
-    @property
-    def tokens_generated(self) -> int:
-        return self.policy.tokens_generated
-
-    def __call__(self, observations: list[dict[str, str]], envs: list[Any]) -> list[dict[str, str]]:
-        if not self.envs:
-            self.envs = list(envs[:self.n])
-        return self.policy(observations, envs)
-
-    def examples(self, clip: int = 700) -> list[dict[str, Any]]:
-        """Per kept episode: per turn, what each agent saw (the last `clip` characters) and sent; the rewards."""
-        return [{"instance": env.task_index, "rewards": dict(env.last_rewards), "turns": [
-            {a: {"saw": env.prompt_history[a][t][-clip:], "sent": env.response_history[a][t]}
-             for a in env.possible_agents} for t in range(len(env.prompt_history[env.possible_agents[0]]))]}
-            for env in self.envs]
+def play(env: Any, policy: Any, episodes: int) -> tuple[dict[str, Any], list[dict[str, Any]], list[dict[str, Any]]]:
+    """`evaluate_policy` on `env` at `EVAL_SEED`: its metrics, the first `EXAMPLES` exchanges and every
+    episode's row (a team's `info_flow.episode_record` rows, which `evaluate_policy` writes to a file here;
+    a lone agent's `coop_report.Recorder.rows`)."""
+    recorder = coop_report.Recorder(policy)
+    with tempfile.TemporaryDirectory() as tmp:
+        path = os.path.join(tmp, "episodes.jsonl")
+        metrics = evaluate_policy(env, recorder, episodes, seed=EVAL_SEED, episodes_path=path)
+        if os.path.isfile(path):
+            with open(path, encoding="utf-8") as f:
+                rows = [json.loads(line) for line in f]
+        else:
+            rows = recorder.rows()
+    return metrics, recorder.examples(EXAMPLES), rows
 
 
 def evaluate(task: str, seed: int, cond: Condition, agents: str | list[str], episodes: int, device: str
              ) -> dict[str, Any]:
     """Held-out metrics of `agents` (a `final` dir, or the base model's dirs), sampled and greedy, on `episodes`
-    held-out instances (the `own` view: each with each part shown, so twice as many episodes)."""
+    held-out instances (the `own` view: each with each part shown, so twice as many episodes), with the first
+    `EXAMPLES` sampled exchanges and every episode's row (`play`). A scripted condition plays `OwnPartGuess`,
+    once (`greedy` None), and states its exact `expected_reward`."""
     env = task_env(task, cond.view, "held_out")
     episodes *= 2 if cond.view == "own" else 1
+    if cond.scripted:
+        # seeded by task too: SecretPair and Picnic share their split and instance order, so one seed's
+        # guesses would hit on the same episodes of both
+        metrics, examples, rows = play(env, OwnPartGuess([seed, list(TASKS).index(task)]), episodes)
+        return {"sampled": metrics, "examples": examples, "greedy": None, "episodes": {"sampled": rows},
+                "expected_reward": env.metadata["partner_info_chance"]}
     if isinstance(agents, str):
         policy = AgentPolicy.from_saved(agents, seed=seed, device=device)
     else:
         policy = AgentPolicy(agents, seed=seed, device=device, max_new_tokens=MAX_NEW_TOKENS, **SAMPLING)
-    recorder = Recorder(policy, EXAMPLES)
-    result: dict[str, Any] = {"sampled": evaluate_policy(env, recorder, episodes, seed=EVAL_SEED)}
-    result["examples"] = recorder.examples()
+    sampled, examples, rows = play(env, policy, episodes)
     policy.greedy = True  # the same models, decoded greedily
-    result["greedy"] = evaluate_policy(env, policy, episodes, seed=EVAL_SEED)
-    return result
+    greedy, _, greedy_rows = play(env, policy, episodes)
+    return {"sampled": sampled, "examples": examples, "greedy": greedy,
+            "episodes": {"sampled": rows, "greedy": greedy_rows}}
 
 
 def run_stage(task: str, seed: int, cond: Condition, args: argparse.Namespace) -> dict[str, Any]:
@@ -234,7 +272,7 @@ def run_stage(task: str, seed: int, cond: Condition, args: argparse.Namespace) -
     torch.manual_seed(seed)
     start = time.perf_counter()
     training = None
-    agents: str | list[str] = [args.model_dir] * cond.num_agents
+    agents: str | list[str] = [] if cond.scripted else [args.model_dir] * cond.num_agents
     if cond.learner is not None:
         agents = train(task, seed, cond, args.model_dir, args.out, args.budget, args.device, args.lr,
                        args.checkpoint_rollouts, args.lr_schedule)
@@ -246,7 +284,9 @@ def run_stage(task: str, seed: int, cond: Condition, args: argparse.Namespace) -
               **evaluate(task, seed, cond, agents, args.episodes, args.device),
               "seconds_train": trained - start, "seconds_eval": time.perf_counter() - trained,
               "curve": curve(run_dir, cond.num_agents) if cond.learner is not None else None,
-              "settings": settings(args)}
+              "settings": {**settings(args), **({"model": None} if cond.scripted else {})}}
+    if len(json.dumps(result, indent=2, default=str)) > UNIT_BYTES:
+        result["episodes"] = {mode: coop_report.packed(rows) for mode, rows in result["episodes"].items()}
     write_json(path, result)
     if args.drop_weights and cond.learner is not None:  # the row is written; its trained weights are not needed
         shutil.rmtree(agents, ignore_errors=True)
@@ -390,13 +430,14 @@ def main(argv: list[str] | None = None) -> int:
         return 0
     start = time.perf_counter()
     if not args.docs_only:
-        args.model_dir = smollm2(args.model_dir, args.gguf)
-        argv += ["--model-dir", args.model_dir]  # the stages' processes find it converted
         stages = [(t, s, c) for t in TASKS for s in args.seeds for c in CONDITIONS
                   if selected(stage_key(t, s, c), args.only)]
         if not stages:
             raise SystemExit(f"--only {args.only} selects no stage; keys look like "
                              f"{stage_key('secretpair', 0, CONDITIONS[1])}")
+        if not all(c.scripted for _, _, c in stages):  # a scripted stage needs no model
+            args.model_dir = smollm2(args.model_dir, args.gguf)
+            argv += ["--model-dir", args.model_dir]  # the stages' processes find it converted
         run_stages(stages, args, argv)
     md = write_report(args)
     print(md)
@@ -407,21 +448,11 @@ def main(argv: list[str] | None = None) -> int:
 def write_report(args: argparse.Namespace) -> str:
     """The report of every unit file under `args.units` (whichever invocation made it; nothing else is read):
     `results.json`, `results.md` and `curves.png` in `args.out`; with `--docs` the page's block and image."""
-    results = load_units(args.units)
+    results = coop_report.load_units(args.units, list(TASKS), [c.name for c in CONDITIONS])
     if not results:
         raise SystemExit(f"no unit files under {args.units}; run some units first")
-    report = coop_report.build(results, list(TASKS), CONDITIONS)
-    first = min(r["seed"] for r in results.values())
-    md = (table(report["rows"]) + "\n#### Differences between conditions\n\n"
-          "Each row is a − b, the held-out reward at T = 0.8. \"a is above/below\": the 95% t-interval of the "
-          "seed-paired difference excludes 0 (rows compare on the seeds both have; for one such seed, its two "
-          "evaluations' intervals combined); \"intervals apart\": the two rows' own intervals over their seeds do "
-          "not overlap.\n\n" + comparison_table(report["comparisons"])
-          + "\nRead off the numbers:\n\n" + findings(report["rows"], report["comparisons"])
-          + f"\n#### Example exchanges\n\nSeed {first}, the first two held-out episodes of each row, sampled; a "
-          "team's turn 0 is the message and turn 1 the answer, a lone agent's turn 0 its answer; each unit file "
-          f"keeps {EXAMPLES}.\n\n"
-          + exchanges({k: r for k, r in results.items() if r["seed"] == first}))
+    report = coop_report.build(results, list(TASKS), CONDITIONS, lambda task: task_env(task, "team", "held_out"))
+    md = coop_report.markdown(report, results, EXAMPLES)
     write_json(os.path.join(args.out, "results.json"), {**report, "units": sorted(results)})
     with open(os.path.join(args.out, "results.md"), "w", encoding="utf-8") as f:
         f.write(md)
@@ -432,43 +463,29 @@ def write_report(args: argparse.Namespace) -> str:
         if report["curves"]:
             os.makedirs(os.path.join(page_dir, "img"), exist_ok=True)
             shutil.copy(os.path.join(args.out, "curves.png"), os.path.join(page_dir, "img", "results-coop.png"))
-        replace_block(args.docs_page, "results-coop", docs_section(md, report["settings"]))
+        replace_block(args.docs_page, "results-coop", docs_section(md, report))
     return md
 
 
-def load_units(units: str) -> dict[str, dict[str, Any]]:
-    """Every unit file under `units`, by key ("task/seedN/condition"), in `TASKS` x seeds x `CONDITIONS` order."""
-    found = {}
-    for task in TASKS:
-        seeds = sorted(int(d.removeprefix("seed")) for d in os.listdir(os.path.join(units, task))
-                       if d.startswith("seed")) if os.path.isdir(os.path.join(units, task)) else []
-        for seed in seeds:
-            for cond in CONDITIONS:
-                path = unit_path(units, stage_key(task, seed, cond))
-                if os.path.isfile(path):
-                    with open(path, encoding="utf-8") as f:
-                        unit = json.load(f)
-                    # units made before the schedule was a setting trained at a constant learning rate
-                    unit.get("settings", {}).setdefault("lr_schedule", "constant")
-                    found[stage_key(task, seed, cond)] = unit
-    return found
-
-
-def docs_section(md: str, made: dict[str, list[Any]]) -> str:
-    """The page's block: the settings the unit files were made with (`made`: each setting's values), then `md`."""
+def docs_section(md: str, report: dict[str, Any]) -> str:
+    """The page's block: the settings the unit files were made with (`report["settings"]`: each setting's
+    values), which rows ran which seeds, then `md`."""
+    made = report["settings"]
     said = lambda name: " / ".join(map(str, made.get(name) or ["?"]))  # noqa: E731
     return (f"### Held-out reward, every condition and seed\n\n"
-            f"SmolLM2-135M-Instruct on {', '.join(f'`{v}`' for v in TASKS.values())}, seeds "
-            f"{said('seeds')}; every trained condition sampled {said('budget')} completions "
-            f"(LoRA r {LORA['r']}, lr {said('lr')} {said('lr_schedule')}; critics lr {CRITIC_LR}); "
+            f"SmolLM2-135M-Instruct on {', '.join(f'`{v}`' for v in TASKS.values())}, "
+            f"{coop_report.seed_groups(report['rows'])}; every trained condition sampled {said('budget')} "
+            f"completions (LoRA r {LORA['r']}, lr {said('lr')} {said('lr_schedule')}; critics lr {CRITIC_LR}); "
             f"{said('eval_instances')} held-out "
-            f"instances per seed (the own-part agent: each with each part shown, twice the episodes), "
+            f"instances per seed (the own-part rows: each with each part shown, twice the episodes), "
             f"sampled at T = {SAMPLING['temperature']}. Built from the unit files in `benchmarks/results/coop/` "
             f"alone. Rewards are in [0, 1]. Teams: MAGRPO (K = {GROUP} episodes "
             f"per instance), IAC (a critic model per agent, reading that agent's own prompt) and MAAC (one critic "
-            f"reading every agent's observation and the messages); lone agents: MAGRPO. Every condition updates on "
+            f"reading every agent's observation and the messages); lone agents: MAGRPO; `alone-own-scripted`: no "
+            f"model, the part shown plus a uniform guess of the other. Every trained condition updates on "
             f"{COMPLETIONS_PER_ROLLOUT} completions per rollout. Setup: `benchmarks/results_coop.py`.\n\n"
-            f"{md}\n![training reward vs completions, mean over seeds](img/results-coop.png)\n")
+            f"{md}\n![training reward vs completions, each curve the mean over the seeds in its label]"
+            f"(img/results-coop.png)\n")
 
 
 if __name__ == "__main__":
