@@ -471,6 +471,16 @@ def test_parity_settings_over_the_context_are_refused_by_both(short_dir, setting
             backend([model], [tok], [GenerationSettings(**settings)])
 
 
+@pytest.mark.parametrize("prompts", [[""], ["def f():", ""]], ids=["alone", "mixed"])
+def test_parity_an_empty_prompt_is_the_same_clear_error_on_both(model_dir, prompts):
+    """HF raised a bare RuntimeError alone and generated from padding beside others; vLLM refused in its own
+    words. Both encode through `encode_prompts`, which refuses it with the fix."""
+    model, tok = load(model_dir)
+    for backend in backends(model, tok):
+        with pytest.raises(ValueError, match=r"prompts encode to no tokens .*: a causal LM cannot continue"):
+            backend.generate(0, prompts, 2)
+
+
 def test_parity_prompts_near_or_over_the_context_are_cut_alike(short_dir):
     """A 113-token prompt with 16 new tokens: vLLM returned 15 tokens, HF 16; a 190-token one made vLLM raise."""
     model, tok = load(short_dir)
