@@ -139,7 +139,9 @@ class TextGameEnv(TextParallelEnv):
                 raise ValueError(f"{self.game_title} declares no finite utility range; give "
                                  "invalid_action_penalty (a bound on its returns' range).")
             return float(span)
-        if isinstance(penalty, bool) or not isinstance(penalty, (int, float)) or not penalty >= min(span, math.inf):
+        if isinstance(penalty, bool) or not isinstance(penalty, (int, float)) or not 0 < penalty < math.inf:
+            raise ValueError(f"invalid_action_penalty must be a positive number, got {penalty!r}.")
+        if math.isfinite(span) and not penalty >= span:  # unbounded: the given penalty bounds the range
             raise ValueError(
                 f"invalid_action_penalty must be at least the game's utility range {span:g} (max {high:g} - "
                 f"min {low:g}), so that an invalid move never beats a legal one; got {penalty!r}. Leave it None.")

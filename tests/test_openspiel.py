@@ -216,6 +216,17 @@ def test_random_mode_penalty_is_checked_and_the_fallback_is_seeded():
         make("openspiel/kuhn_poker-v0", invalid_action_penalty=4.0)
     with pytest.raises(ValueError, match=r"invalid_action must be one of \('forfeit', 'random'\), got 'skip'"):
         make("openspiel/kuhn_poker-v0", invalid_action="skip")
+    with pytest.raises(ValueError, match=r"invalid_action_penalty must be a positive number, got -1"):
+        make("openspiel/kuhn_poker-v0", invalid_action="random", invalid_action_penalty=-1)
+
+
+def test_a_game_without_finite_utilities_takes_the_penalty_it_is_given():
+    """With no finite utility range, the given penalty bounds the returns' range; every finite one was refused
+    as below an infinite range, which the error for a missing penalty told the user to give."""
+    with pytest.raises(ValueError, match="declares no finite utility range; give invalid_action_penalty"):
+        make("openspiel/mfg_crowd_modelling-v0", invalid_action="random")
+    env = make("openspiel/mfg_crowd_modelling-v0", invalid_action="random", invalid_action_penalty=5.0)
+    assert env.invalid_action_penalty == 5.0
 
 
 def test_fallback_moves_never_change_chance():
