@@ -359,7 +359,8 @@ def settings(args: argparse.Namespace) -> dict[str, Any]:
             "lr": args.lr, "lr_schedule": args.lr_schedule, "critic_lr": CRITIC_LR, "eval_instances": args.episodes,
             "eval_seed": EVAL_SEED, "split_seed": SPLIT_SEED, "completions_per_rollout": COMPLETIONS_PER_ROLLOUT,
             "group": GROUP, "max_new_tokens": MAX_NEW_TOKENS, "sampling": SAMPLING, "lora": LORA, "device": args.device,
-            "smoke": args.smoke, "python": platform.python_version(), "torch": torch.__version__}
+            "smoke": args.smoke, "python": platform.python_version(), "torch": torch.__version__,
+            "torch_threads": torch.get_num_threads()}  # it changes float sums, and so the sampled tokens
 
 
 # ----- the whole run -------------------------------------------------------------------------------------------
