@@ -52,6 +52,7 @@ at once (the parent waits, then reports). `--out` (default `outputs/results-coop
 from __future__ import annotations
 
 import argparse
+import importlib.metadata
 import dataclasses
 import json
 import os
@@ -71,6 +72,7 @@ for path in (ROOT, HERE):
 
 import numpy as np  # noqa: E402
 import torch  # noqa: E402
+import transformers  # noqa: E402
 
 from comlrl_env import make  # noqa: E402
 from comlrl_env.benchmark import evaluate_policy  # noqa: E402
@@ -360,7 +362,9 @@ def settings(args: argparse.Namespace) -> dict[str, Any]:
             "eval_seed": EVAL_SEED, "split_seed": SPLIT_SEED, "completions_per_rollout": COMPLETIONS_PER_ROLLOUT,
             "group": GROUP, "max_new_tokens": MAX_NEW_TOKENS, "sampling": SAMPLING, "lora": LORA, "device": args.device,
             "smoke": args.smoke, "python": platform.python_version(), "torch": torch.__version__,
-            "torch_threads": torch.get_num_threads()}  # it changes float sums, and so the sampled tokens
+            # each changes float sums, and so sampled tokens: what a rerun needs to repeat a unit
+            "torch_threads": torch.get_num_threads(), "transformers": transformers.__version__,
+            "peft": importlib.metadata.version("peft")}
 
 
 # ----- the whole run -------------------------------------------------------------------------------------------
