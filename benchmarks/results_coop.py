@@ -364,7 +364,8 @@ def settings(args: argparse.Namespace) -> dict[str, Any]:
             "smoke": args.smoke, "python": platform.python_version(), "torch": torch.__version__,
             # each changes float sums, and so sampled tokens: what a rerun needs to repeat a unit
             "torch_threads": torch.get_num_threads(), "transformers": transformers.__version__,
-            "peft": importlib.metadata.version("peft")}
+            "peft": importlib.metadata.version("peft"), "cpu_capability": torch.backends.cpu.get_cpu_capability(),
+            "mkl_instructions": os.environ.get("MKL_ENABLE_INSTRUCTIONS")}
 
 
 # ----- the whole run -------------------------------------------------------------------------------------------
