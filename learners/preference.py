@@ -38,7 +38,7 @@ import torch
 
 from learners import preference_checks as checks
 from learners import preference_stage as stage
-from learners.checkpointing.manager import CheckpointManager
+from learners.checkpointing.manager import CheckpointManager, ResumeFrom
 from learners.loop.construction import checked_config
 from learners.loop.learner import Learner
 from learners.models.agents import hub_progress_hidden
@@ -157,7 +157,7 @@ class MARLHF:
         """The policy learner's training env."""
         return self.policy.env
 
-    def learn(self, checkpoint_dir: str | None = None, *, resume_from_checkpoint: str | None = None,
+    def learn(self, checkpoint_dir: str | None = None, *, resume_from_checkpoint: ResumeFrom = None,
               **schedule: Any) -> dict[str, float]:
         """Run the preference stage(s) and the policy phase(s); return the last metrics of both.
 
@@ -168,13 +168,15 @@ class MARLHF:
 
         Args:
             checkpoint_dir: Write training checkpoints here (off when None).
-            resume_from_checkpoint: A `checkpoint-*` directory to continue from exactly.
+            resume_from_checkpoint: A `checkpoint-*` directory to continue from exactly; True or "latest":
+                the newest complete checkpoint in `checkpoint_dir` (a fresh start without one), as in
+                `Learner.learn`.
             **schedule: `checkpoint_interval`, `checkpoint_total_limit` and `checkpoint_steps`, as in
                 `Learner.learn`.
         """
         cfg = self.args
         iterations = getattr(cfg, "num_iterations", 1)
-        resume = resume_from_checkpoint
+        resume = CheckpointManager(self.policy, checkpoint_dir).resolve_resume(resume_from_checkpoint)
         logger = self.policy.logger
         if resume is not None:
             self._restore(resume)

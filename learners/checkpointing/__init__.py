@@ -4,7 +4,8 @@
 (`weights.py`), FSDP shards (`sharded.py`), fingerprints (`fingerprints.py`) and atomic writes (`atomic.py`); on load it reads
 `state.json` within limits (`metadata.py`), checks the learner matches (`compatibility.py`), every file
 against its SHA-256 (`digests.py`) and every state (`validation.py`) before anything changes; `manager.py`
-decides when `learn()` saves and which snapshots it keeps. May import `learners.parallel`; nothing else of ours.
+decides when `learn()` saves, which snapshots it keeps and which one a resume picks; `run_lock.py` keeps one run
+per folder. May import `learners.parallel`; nothing else of ours.
 """
 
 from learners.checkpointing.checkpoint import (

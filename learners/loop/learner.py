@@ -25,7 +25,8 @@ import torch
 
 from comlrl_env import TextParallelEnv
 from learners.checkpointing.checkpoint import resume_checkpoint, save_checkpoint
-from learners.checkpointing.manager import CheckpointManager
+from learners.checkpointing.manager import CheckpointManager, ResumeFrom
+from learners.checkpointing.run_lock import locked_folders
 from learners.checkpointing.state import TrainingState
 from learners.loop import data, saving, training
 from learners.loop.config import LearnerConfig
@@ -290,27 +291,45 @@ class Learner(abc.ABC):
         self,
         checkpoint_dir: str | None = None,
         checkpoint_interval: int = 1,
-        resume_from_checkpoint: str | None = None,
+        resume_from_checkpoint: ResumeFrom = None,
         checkpoint_total_limit: int | None = None,
         checkpoint_steps: int | None = None,
     ) -> dict[str, float]:
         """Train until `num_train_epochs` epochs are done; return the last training metrics merged with the
         last evaluation's (`train/*`, `perf/*` and `eval/*` keys). The loop is `learners.loop.training`.
 
+        While it runs, the run holds a lock file (`.comlrl-run.lock`) in `checkpoint_dir` and `output_dir`: a
+        second run started on either folder refuses at once, naming the first.
+
         Args:
             checkpoint_dir: Write training checkpoints here (off when None): at completed epochs
                 (every `checkpoint_interval`), every `checkpoint_steps` rollouts, and at the end.
             checkpoint_interval: Epochs between checkpoints.
-            resume_from_checkpoint: A `checkpoint-*` directory to continue from exactly.
+            resume_from_checkpoint: A `checkpoint-*` directory to continue from exactly; or True (or
+                "latest"): the newest complete checkpoint in `checkpoint_dir`, and a fresh start when there is
+                none, so a requeued job relaunches the same command (a run that had finished loads its final
+                checkpoint and trains no more). Resuming continues the checkpoint's run (its run id), and drops
+                that run's rows logged after the checkpoint from `output_dir`'s JSONL files.
             checkpoint_total_limit: Keep only this run's newest N checkpoints.
             checkpoint_steps: Also checkpoint every N rollouts, mid-epoch.
+
+        Raises:
+            CheckpointError: another live run holds a folder's lock; the checkpoint cannot be resumed; a save
+                failed (another run's checkpoint at its path, a full or unwritable disk).
+            ValueError: resume_from_checkpoint=True without checkpoint_dir; a bad schedule value.
         """
         ckpt = CheckpointManager(self, checkpoint_dir, checkpoint_interval, checkpoint_total_limit, checkpoint_steps)
-        if resume_from_checkpoint is not None:
-            ckpt.resume(resume_from_checkpoint)
-            self.logger.resume_wandb(self.wandb_identity)
-        ckpt.start()
-        return training.run_epochs(self, ckpt)
+        with locked_folders(self.dist, self.run_id, [ckpt.dir, self.logger.output_dir]) as lock:
+            resume = ckpt.resolve_resume(resume_from_checkpoint)
+            if resume is not None:
+                auto = resume_from_checkpoint is True or resume_from_checkpoint == "latest"
+                progress = ckpt.resume(resume, finished_ok=auto)
+                self.logger.resume_wandb(self.wandb_identity)
+                self.logger.drop_rows_after(self.run_id, progress["env_steps"])  # they are logged again
+                if lock is not None:
+                    lock.set_run_id(self.run_id)  # now the checkpoint's run
+            ckpt.start()
+            return training.run_epochs(self, ckpt)
 
     def train(self, *args: Any, **kwargs: Any) -> dict[str, float]:
         """Alias of `learn()`: the name CoMLRL 1.4.3's trainers use."""

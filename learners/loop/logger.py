@@ -2,7 +2,9 @@
 file, wandb and TensorBoard (`report_to="tensorboard"`).
 
 Every JSONL row carries the run's `run_id` and `step` (joint actions played so far), so runs that append to
-one `output_dir/metrics.jsonl` (a second run, or a resume, which keeps its run id) stay apart.
+one `output_dir/metrics.jsonl` (a second run, or a resume, which keeps its run id) stay apart. A resume first
+drops its run's rows past the checkpoint's step (`drop_rows_after`): the rollouts a killed run logged after its
+last checkpoint are played and logged again, so each appears once.
 
 Files in `output_dir`: `metrics.jsonl` (every logged metrics dict), `completions.jsonl` (a few sampled joint
 answers every `log_completions_steps` rollouts) and, for tasks that report `infos[agent]["used_partner_info"]`
@@ -144,6 +146,19 @@ class RunLogger:
             np.random.set_state(states[1])
             torch.set_rng_state(states[2])
 
+    def drop_rows_after(self, run_id: str, step: int) -> None:
+        """Remove run `run_id`'s rows past `step` from the JSONL files (metrics, completions, episodes), each
+        rewritten atomically; other runs' rows and unparsable lines stay. A resume calls it with its checkpoint's
+        `env_steps`, which is the `step` of the last rollout the checkpoint holds."""
+        if self.output_dir is None:
+            return
+        for name in ("metrics.jsonl", "completions.jsonl", "episodes.jsonl"):
+            path = os.path.join(self.output_dir, name)
+            if os.path.isfile(path) and _rewrite_without(path, run_id, step) and name == "metrics.jsonl" \
+                    and self._file is not None:  # open (MARLHF keeps it open): follow the new file
+                self._file.close()
+                self._file = open(path, "a", encoding="utf-8")
+
     def log(self, metrics: dict[str, float], step: int, advance: int = 0) -> None:
         """Record one metrics dict at `step` (env steps) and move the bar by `advance`."""
         clean = {k: float(v) for k, v in metrics.items() if v is not None and math.isfinite(float(v))}
@@ -215,6 +230,31 @@ class RunLogger:
         if self.run is not None:
             self.run.finish()
             self.run = None
+
+
+def _rewrite_without(path: str, run_id: str, step: int) -> bool:
+    """Rewrite JSONL `path` without `run_id`'s rows whose step is past `step`; False when none were there."""
+    with open(path, encoding="utf-8") as f:
+        lines = f.readlines()
+    kept = [line for line in lines if not _past(line, run_id, step)]
+    if len(kept) == len(lines):
+        return False
+    tmp = f"{path}.tmp-{os.getpid()}"
+    with open(tmp, "w", encoding="utf-8") as f:
+        f.writelines(kept)
+        f.flush()
+        os.fsync(f.fileno())
+    os.replace(tmp, path)
+    return True
+
+
+def _past(line: str, run_id: str, step: int) -> bool:
+    try:
+        row = json.loads(line)
+    except ValueError:
+        return False
+    return (isinstance(row, dict) and row.get("run_id") == run_id and isinstance(row.get("step"), (int, float))
+            and row["step"] > step)
 
 
 def _bar_summary(metrics: dict[str, float]) -> dict[str, str]:
