@@ -302,3 +302,29 @@ def test_a_failed_write_stops_the_run_with_the_reason_and_the_previous_checkpoin
     learner = make(tiny_dir)
     learner.learn(checkpoint_dir=str(d), checkpoint_steps=1, resume_from_checkpoint=True)
     assert digest(learner) == full["digest"]
+
+
+# ----- MARLHF takes the same values ---------------------------------------------------------------------------
+
+
+def test_marlhf_iter_relaunched_with_true_resumes_from_the_newest_checkpoint(tiny_dir, tmp_path):
+    from learners.preference import MARLHFIterConfig, MARLHFIterTrainer
+
+    def build(callbacks=None):
+        cfg = MARLHFIterConfig(num_iterations=2, num_train_epochs=1, max_new_tokens=4, temperature=1.0, top_p=1.0,
+                               top_k=None, rollout_buffer_size=2, preference_num_candidates=4, eval_interval=0,
+                               verbose=False)
+        data = Dataset.from_list([{"prompt": f"Question {i}:"} for i in range(4)])
+        return MARLHFIterTrainer(agent_model=tiny_dir, num_agents=2, reward_func=space_reward, train_dataset=data,
+                                 callbacks=callbacks, args=cfg)
+
+    full = build()
+    full.learn(checkpoint_dir=str(tmp_path / "full"), resume_from_checkpoint=True)  # nothing there: a fresh start
+    d = str(tmp_path / "ck")
+    KillAt.fired = False
+    with pytest.raises(Killed):  # in the first iteration's policy phase, after the preference stage's checkpoint
+        build([KillAt(1)]).learn(checkpoint_dir=d, resume_from_checkpoint="latest")
+    assert visible(d) == ["checkpoint-1"]
+    resumed = build([KillAt(1)])
+    resumed.learn(checkpoint_dir=d, resume_from_checkpoint="latest")
+    assert resumed.iteration == 2 and digest(resumed.policy) == digest(full.policy)
