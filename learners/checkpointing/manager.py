@@ -149,9 +149,8 @@ class CheckpointManager:
                 f"num_train_epochs counts the whole run, so pass at least {epoch}."
             )
         self._check_dir(meta["run_id"])  # refuse before anything is mutated
-        if isinstance(total, int) and epoch == total and not finished_ok and getattr(self.learner, "wrapper",
-                                                                                     None) is None:
-            # (a learner driven by another, MARLHF's policy, resumes at its phase's end and the driver goes on)
+        driven = getattr(self.learner, "wrapper", None) is not None  # MARLHF's policy: the driver goes on
+        if isinstance(total, int) and epoch == total and not (finished_ok or driven):
             raise CheckpointError(
                 f"checkpoint {path!r} has completed {epoch} epochs and num_train_epochs={total}: the run is "
                 f"finished, nothing is left to train; num_train_epochs counts the whole run, so pass more than "
