@@ -19,6 +19,7 @@ from learners.checkpoint import (  # noqa: E402
     save_checkpoint,
 )
 from learners.loop import Learner, LearnerConfig  # noqa: E402
+from learners.loop.preemption import Preempted  # noqa: E402
 from learners.models import Frozen  # noqa: E402
 from learners.preference import (  # noqa: E402
     MARLHF,
@@ -53,6 +54,7 @@ __all__ = [
     "MARLHFIterConfig",
     "MARLHFIterTrainer",
     "MARLHFTrainer",
+    "Preempted",
     "Rollout",
     "RolloutEngine",
     "SampleBatch",

@@ -130,6 +130,12 @@ class LearnerConfig(metaclass=ConfigMeta):
     """Refuse, when the learner is built, settings under which one rollout may sample more completions than
     this (`learners.rollout.rollout_samples`: a tree grows as K^turns); None: no limit. 2048 tiny-model
     completions of 8 tokens take minutes on 2 CPU cores."""
+    preemption_timeout: float | None = None
+    """Seconds from a SIGTERM or SIGUSR1 (a scheduler's preemption or time-limit warning) within which `learn()`
+    must stop; past them the process exits with status 75 at once, without waiting for the rollout step or the
+    checkpoint to finish (the newest complete checkpoint stays). The stop itself always comes: at the next rollout
+    boundary `learn()` writes a checkpoint (with a `checkpoint_dir`) and raises `learners.Preempted` (exit status
+    75). None: no bound; set it below the time the scheduler leaves before its SIGKILL."""
 
     # ----- episodes (datasets wrapped as environments) -----
     num_turns: int = 1
@@ -291,6 +297,8 @@ class LearnerConfig(metaclass=ConfigMeta):
         "episodes_per_epoch": Number(low=1, integer=True, optional=True),
         "rollout_buffer_size": Number(low=1, integer=True),
         "max_rollout_samples": Number(low=1, integer=True, optional=True, fix="None lifts the limit."),
+        "preemption_timeout": Number(low=0, low_open=True, optional=True,
+                                     fix="Give seconds (e.g. 120), or None for no bound on the stop."),
         "num_turns": Number(low=1, integer=True),
         "discount": Number(low=0, high=1),
         "early_termination_threshold": Number(optional=True, fix="None never ends an episode early."),

@@ -1,7 +1,8 @@
 """The training loop `Learner.learn()` runs once its checkpoints are set up: epochs of rollout batches in the
 seeded data order (`learners.loop.data`), each batch one call of the learner's `step(roots)`, then the LR
 schedules' step, the counters, logging, callbacks, evaluation every `eval_interval` rollouts, and the
-checkpoint manager's turn. It drives the learner through its public members.
+checkpoint manager's turn. A SIGTERM or SIGUSR1 stops it at the next rollout boundary with a checkpoint and
+`Preempted` (`learners.loop.preemption`). It drives the learner through its public members.
 """
 
 from __future__ import annotations
@@ -15,10 +16,11 @@ from learners.checkpointing.manager import CheckpointManager
 from learners.loop import data
 from learners.loop.logger import RunLogger
 from learners.loop.metrics import warn_if_no_signal
+from learners.loop.preemption import Preemption
 from learners.parallel.distributed import Distributed
 from learners.rollout import Rollout
 
-__all__ = ["Trained", "autocast", "callback", "check_even_shards", "run_epochs"]
+__all__ = ["Trained", "autocast", "callback", "check_even_shards", "run_epochs", "run_rollout"]
 
 
 class Trained(Protocol):
@@ -67,40 +69,51 @@ def run_epochs(learner: Trained, ckpt: CheckpointManager) -> dict[str, float]:
     callback(learner, "on_learn_begin")
     last: dict[str, float] = {}
     evaluation: dict[str, float] = {}
-    try:
-        while learner.epoch < cfg.num_train_epochs:
-            order = learner.epoch_order(learner.env, learner.epoch)
-            batches = [order[i:i + cfg.rollout_buffer_size] for i in range(0, len(order), cfg.rollout_buffer_size)]
-            while learner.batch_in_epoch < len(batches):
-                roots = data.reset_roots(learner.env, learner.dist.shard(batches[learner.batch_in_epoch]))
-                with autocast(learner):
-                    metrics = learner.dist.mean_metrics(learner.step(roots))
-                for s in learner.checkpoint_optimizers()[1]:  # every schedule steps once per rollout
-                    s.step()
-                learner.batch_in_epoch += 1
-                learner.rollouts_done += 1
-                metrics["train/epoch"] = learner.epoch + learner.batch_in_epoch / len(batches)
-                metrics["train/optimizer_steps"] = float(learner.optimizer_steps)
-                metrics["train/completions"] = float(learner.completions_sampled)
-                logged = metrics if learner.rollouts_done % cfg.logging_steps == 0 else {}
-                learner.logger.log(logged, learner.env_steps, advance=1)
-                learner.logger.log_rollout(learner.last_rollout, learner.env_steps, learner.rollouts_done, bool(logged))
-                last = metrics
-                learner.flat_rollouts = warn_if_no_signal(metrics, learner.flat_rollouts)
-                callback(learner, "on_step_end", metrics)
-                if cfg.eval_interval and learner.rollouts_done % cfg.eval_interval == 0:
-                    evaluation = learner.evaluate()
-                ckpt.after_step()
-            learner.epoch += 1
-            learner.batch_in_epoch = 0
-            callback(learner, "on_epoch_end")
-            ckpt.after_epoch(final=learner.epoch == cfg.num_train_epochs)
-        if cfg.eval_interval and learner.rollouts_done % cfg.eval_interval != 0:
-            evaluation = learner.evaluate()
-        callback(learner, "on_learn_end")
-    finally:
-        learner.logger.close()
+    with Preemption(learner.dist, cfg.preemption_timeout) as preemption:
+        try:
+            while learner.epoch < cfg.num_train_epochs:
+                order = learner.epoch_order(learner.env, learner.epoch)
+                size = cfg.rollout_buffer_size
+                batches = [order[i:i + size] for i in range(0, len(order), size)]
+                while learner.batch_in_epoch < len(batches):
+                    last = run_rollout(learner, batches)
+                    if cfg.eval_interval and learner.rollouts_done % cfg.eval_interval == 0:
+                        evaluation = learner.evaluate()
+                    saved = ckpt.sequence
+                    ckpt.after_step()
+                    preemption.check(ckpt, saved=ckpt.sequence != saved)  # a signal stops the run here
+                learner.epoch += 1
+                learner.batch_in_epoch = 0
+                callback(learner, "on_epoch_end")
+                ckpt.after_epoch(final=learner.epoch == cfg.num_train_epochs)
+            if cfg.eval_interval and learner.rollouts_done % cfg.eval_interval != 0:
+                evaluation = learner.evaluate()
+            callback(learner, "on_learn_end")
+        finally:
+            learner.logger.close()
     return {**last, **evaluation}
+
+
+def run_rollout(learner: Trained, batches: list[list[tuple[int, int | None]]]) -> dict[str, float]:
+    """Roll out and learn from the epoch's next batch, step the LR schedules, count, log, call `on_step_end`;
+    return the rollout's metrics."""
+    cfg = learner.args
+    roots = data.reset_roots(learner.env, learner.dist.shard(batches[learner.batch_in_epoch]))
+    with autocast(learner):
+        metrics = learner.dist.mean_metrics(learner.step(roots))
+    for s in learner.checkpoint_optimizers()[1]:  # every schedule steps once per rollout
+        s.step()
+    learner.batch_in_epoch += 1
+    learner.rollouts_done += 1
+    metrics["train/epoch"] = learner.epoch + learner.batch_in_epoch / len(batches)
+    metrics["train/optimizer_steps"] = float(learner.optimizer_steps)
+    metrics["train/completions"] = float(learner.completions_sampled)
+    logged = metrics if learner.rollouts_done % cfg.logging_steps == 0 else {}
+    learner.logger.log(logged, learner.env_steps, advance=1)
+    learner.logger.log_rollout(learner.last_rollout, learner.env_steps, learner.rollouts_done, bool(logged))
+    learner.flat_rollouts = warn_if_no_signal(metrics, learner.flat_rollouts)
+    callback(learner, "on_step_end", metrics)
+    return metrics
 
 
 def check_even_shards(cfg: Any, epoch_size: int, dist: Distributed) -> None:
