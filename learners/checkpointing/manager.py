@@ -126,7 +126,7 @@ class CheckpointManager:
                     self._warned.add(name)
                     warnings.warn(f"ignoring {os.path.join(self.dir, name)!r}, the staging folder of a save or "
                                   "deletion that was interrupted; resuming from the newest complete checkpoint.",
-                                  stacklevel=3)
+                                  stacklevel=4)  # learn()'s caller
         if not snapshots:
             return None
         name, _ = max(snapshots, key=lambda s: (s[1].get("saved_at") or 0.0, _sequence_of(s[0])))
@@ -222,7 +222,7 @@ class CheckpointManager:
             if reason is not None and os.path.isdir(target) and not os.path.islink(target):
                 # Debris of a save or deletion that was killed (a live run stages hidden, and this run holds
                 # the folder's lock): it cannot be resumed from, and it holds this save's name.
-                warnings.warn(f"replacing the incomplete {target!r} ({reason}).", stacklevel=3)
+                warnings.warn(f"replacing the incomplete {target!r} ({reason}).", stacklevel=5)
                 remove_directory(target, staging_tag(self.learner.run_id))
             elif reason is not None or read_checkpoint_metadata(target)["run_id"] != self.learner.run_id:
                 raise CheckpointError(f"{target!r} appeared and belongs to another run; not overwriting it.")
@@ -298,7 +298,7 @@ class CheckpointManager:
             elif name not in self._warned:
                 self._warned.add(name)
                 warnings.warn(f"ignoring the incomplete checkpoint {path!r}: {reason} (a save or deletion that "
-                              "was interrupted, or a damaged copy); it is never resumed from.", stacklevel=4)
+                              "was interrupted, or a damaged copy); it is never resumed from.", stacklevel=5)
         return out
 
 

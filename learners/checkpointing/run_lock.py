@@ -88,7 +88,7 @@ class RunLock:
                 raise CheckpointError(refusal)
             if _remove_stale(path, owner):
                 warnings.warn(f"taking over the lock {path!r} of run {owner.get('run_id')!r} (pid {owner.get('pid')} "
-                              "on this host), whose process has ended.", stacklevel=4)
+                              "on this host), whose process has ended.", stacklevel=6)  # learn()'s caller
         if owner == {}:
             raise CheckpointError(f"the lock {path!r} is unreadable; if no run uses {os.path.dirname(path)!r}, "
                                   "delete it and start again.")
