@@ -130,13 +130,16 @@ def test_two_ranks_stop_together_and_resume_to_the_uninterrupted_run(tiny_dir, t
 
 
 def test_handlers_last_only_as_long_as_learn(tiny_dir):
-    """Inside learn() SIGTERM and SIGUSR1 have the preemption handler; before and after, the process's own;
-    in a thread other than the main one learn() installs none and runs."""
+    """Inside learn() SIGTERM and SIGUSR1 have the preemption handler; before and after, the process's own,
+    also when learn() raises; in a thread other than the main one learn() installs none and runs. A signal
+    that comes after the last rollout boundary lets the run finish and then reaches the process's own handler."""
     from learners import MAGRPO
     from learners.loop.preemption import SIGNALS, Preemption
 
+    got = []
+
     def mine(signum, frame):
-        pass
+        got.append(signum)
 
     before = {s: signal.signal(s, mine) for s in SIGNALS}
     seen = []
@@ -167,6 +170,16 @@ def test_handlers_last_only_as_long_as_learn(tiny_dir):
         thread.start()
         thread.join()
         assert seen and all(h is mine for h in seen[0].values())
+
+        class Late:  # a signal after the last rollout boundary: the run finishes, then the old handler gets it
+            def on_learn_end(self, learner):
+                os.kill(os.getpid(), signal.SIGUSR1)
+
+        learner.callbacks = [Late()]
+        learner.args.num_train_epochs = 4
+        assert got == []
+        learner.learn()
+        assert learner.epoch == 4 and got == [signal.SIGUSR1]
     finally:
         for s, h in before.items():
             signal.signal(s, h)
