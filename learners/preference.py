@@ -39,6 +39,7 @@ import torch
 from learners import preference_checks as checks
 from learners import preference_stage as stage
 from learners.checkpointing.manager import CheckpointManager, ResumeFrom
+from learners.checkpointing.run_lock import RunLock, locked_folders
 from learners.loop.construction import checked_config
 from learners.loop.learner import Learner
 from learners.models.agents import hub_progress_hidden
@@ -174,6 +175,13 @@ class MARLHF:
             **schedule: `checkpoint_interval`, `checkpoint_total_limit` and `checkpoint_steps`, as in
                 `Learner.learn`.
         """
+        logger = self.policy.logger
+        folders = [CheckpointManager(self.policy, checkpoint_dir).dir, logger.output_dir]
+        with locked_folders(self.policy.dist, self.policy.run_id, folders) as lock:  # the policy phases share it
+            return self._learn(checkpoint_dir, resume_from_checkpoint, lock, schedule)
+
+    def _learn(self, checkpoint_dir: str | None, resume_from_checkpoint: ResumeFrom, lock: RunLock | None,
+               schedule: dict[str, Any]) -> dict[str, float]:
         cfg = self.args
         iterations = getattr(cfg, "num_iterations", 1)
         resume = CheckpointManager(self.policy, checkpoint_dir).resolve_resume(resume_from_checkpoint)
@@ -181,6 +189,8 @@ class MARLHF:
         if resume is not None:
             self._restore(resume)
             logger.resume_wandb(self.policy.wandb_identity)  # continue the checkpoint's wandb run
+            if lock is not None:
+                lock.set_run_id(self.policy.run_id)  # now the checkpoint's run
         metrics: dict[str, float] = {}
         with logger.kept_open():
             while self.iteration < iterations:

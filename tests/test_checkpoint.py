@@ -29,6 +29,7 @@ import learners.checkpointing.atomic as atomic_mod
 import learners.checkpointing.rng as rng_mod
 from learners import CheckpointError, InexactResumeWarning, read_checkpoint_metadata
 from learners.checkpointing.manager import CheckpointManager
+from learners.checkpointing.run_lock import LOCK_FILE
 from learners.reinforce import MAGRPO, MAGRPOConfig
 
 HERE = os.path.dirname(os.path.abspath(__file__))
@@ -591,7 +592,7 @@ def test_resume_in_a_fresh_process_is_bit_identical(runs, name):
 def test_sigkill_during_a_save_leaves_the_previous_checkpoint_loadable(tiny_dir, runs):
     d = runs["root"] / "killed"
     visible = [n for n in os.listdir(d) if not n.startswith(".")]
-    staging = [n for n in os.listdir(d) if n.startswith(".")]
+    staging = [n for n in os.listdir(d) if n.startswith(".") and n != LOCK_FILE]  # the dead run's lock stays
     assert visible == ["checkpoint-1"] and len(staging) == 1
     assert sorted(os.listdir(d / staging[0])) == ["models", "optim.pt"]  # killed half-way through
     assert read_checkpoint_metadata(d / "checkpoint-1")["progress"]["epoch"] == 1

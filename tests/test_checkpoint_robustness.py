@@ -328,3 +328,23 @@ def test_marlhf_iter_relaunched_with_true_resumes_from_the_newest_checkpoint(tin
     resumed = build([KillAt(1)])
     resumed.learn(checkpoint_dir=d, resume_from_checkpoint="latest")
     assert resumed.iteration == 2 and digest(resumed.policy) == digest(full.policy)
+
+
+def test_marlhf_holds_its_folders_through_the_preference_stage(tiny_dir, tmp_path):
+    from learners.preference import MARLHFConfig, MARLHFTrainer
+
+    cfg = MARLHFConfig(num_train_epochs=1, max_new_tokens=4, temperature=1.0, top_p=1.0, top_k=None,
+                       rollout_buffer_size=2, preference_num_candidates=4, eval_interval=0, verbose=False)
+    data = Dataset.from_list([{"prompt": f"Question {i}:"} for i in range(4)])
+    trainer = MARLHFTrainer(agent_model=tiny_dir, num_agents=2, reward_func=space_reward, train_dataset=data, args=cfg)
+    d = tmp_path / "ck"
+    seen = []
+    stage = trainer.preference_stage
+
+    def watched_stage():  # while the stage runs (before any policy phase), the folder is locked by this run
+        seen.append(json.loads((d / LOCK_FILE).read_text())["run_id"])
+        return stage()
+
+    trainer.preference_stage = watched_stage
+    trainer.learn(checkpoint_dir=str(d))
+    assert seen == [trainer.policy.run_id] and not (d / LOCK_FILE).exists()

@@ -25,6 +25,7 @@ from learners.parallel.distributed import Distributed
 __all__ = ["LOCK_FILE", "RunLock", "locked_folders"]
 
 LOCK_FILE = ".comlrl-run.lock"
+_HELD: dict[str, str] = {}  # lock file -> run id, held by this process: the same run's nested learn() shares it
 
 
 class RunLock:
@@ -60,6 +61,7 @@ class RunLock:
         self.run_id = run_id
         self._record["run_id"] = run_id
         for path in self.held:
+            _HELD[path] = run_id
             tmp = f"{path}.{self._record['token']}"
             with open(tmp, "w", encoding="utf-8") as f:
                 json.dump(self._record, f)
@@ -68,16 +70,20 @@ class RunLock:
     def release(self) -> None:
         """Remove the lock files this object holds (a file another run wrote since is left alone)."""
         for path in reversed(self.held):
+            _HELD.pop(path, None)
             if (_read(path) or {}).get("token") == self._record.get("token"):
                 with contextlib.suppress(FileNotFoundError):
                     os.remove(path)
         self.held = []
 
     def _take(self, path: str) -> None:
+        if _HELD.get(path) == self.run_id:  # this run holds it already (MARLHF's policy phases): nothing to take
+            return
         owner: dict[str, Any] | None = None
         for _ in range(3):  # a stale lock taken over by someone else meanwhile: look again
             if self._create(path):
                 self.held.append(path)
+                _HELD[path] = self.run_id
                 return
             owner = _read(path)
             if not owner:  # removed meanwhile, or still being written: look again
