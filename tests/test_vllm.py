@@ -519,3 +519,35 @@ def test_parity_lora_with_a_rank_pattern_trains_and_samples_alike(model_dir):
     hf = HFBackend(learner.agents, learner.tokenizers, backend.agent_settings, batch_adapters=False)
     for a in range(2):
         assert_same_samples(backend.generate(a, PROMPTS, 2, greedy=True), hf.generate(a, PROMPTS, 2, greedy=True))
+
+
+def _threads_state():
+    """Per thread of this process: its CPU affinity (the list the kernel allows it)."""
+    out = {}
+    for tid in os.listdir("/proc/self/task"):
+        try:
+            with open(f"/proc/self/task/{tid}/status") as f:
+                out[tid] = next(line.split()[1] for line in f if line.startswith("Cpus_allowed_list"))
+        except FileNotFoundError:  # a thread that ended meanwhile
+            pass
+    return out
+
+
+def test_an_engine_started_in_the_process_leaves_the_trainers_threads_and_kernels_as_they_were(model_dir):
+    """vLLM's CPU worker sets one thread, binds threads to cores and seeds every RNG; the trainer that shares the
+    process keeps its thread counts, the CPU affinity of every thread it had, torch's kernel level and settings
+    (the RNG states: `test_seeded_runs_repeat_on_engines_from_the_pool`)."""
+    def state():
+        return dict(threads=torch.get_num_threads(), interop=torch.get_num_interop_threads(),
+                    affinity=sorted(os.sched_getaffinity(0)), capability=torch.backends.cpu.get_cpu_capability(),
+                    precision=torch.get_float32_matmul_precision(), mkldnn=torch.backends.mkldnn.enabled)
+
+    before, threads = state(), _threads_state()
+    started = engines_started()
+    learner = magrpo(model_dir, "vllm", num_agents=1, vllm_engine_args={"kv_cache_memory_bytes": 48 << 20})
+    learner.engine.backend.generate_all([PROMPTS], 2)
+    assert engines_started() == started + 1  # a new engine, not one from the pool
+    after = state()
+    assert after == before
+    now = _threads_state()
+    assert {tid: now[tid] for tid in threads if tid in now} == {tid: a for tid, a in threads.items() if tid in now}
