@@ -77,7 +77,7 @@ def stopped_and_resumed(tiny_dir: str, out: Path, signame: str, nproc: int = 0) 
     return digests.pop()
 
 
-@pytest.mark.parametrize("signame", ["SIGTERM", "SIGUSR1"])
+@pytest.mark.parametrize("signame", ["SIGTERM", pytest.param("SIGUSR1", marks=pytest.mark.slow)])  # one handler
 def test_a_signal_stops_after_the_step_with_a_checkpoint_and_the_resumed_run_matches(signame, tiny_dir, tmp_path,
                                                                                     uninterrupted):
     """SIGTERM (preemption, scancel) and SIGUSR1 (Slurm's --signal warning): exit 75 after a checkpoint at the
