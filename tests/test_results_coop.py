@@ -384,3 +384,33 @@ def test_the_results_page_is_rebuilt_from_the_committed_units_and_states_its_see
     iac = committed_units()["picnic/seed0/team-iac-lora"]["curve"][1]
     assert max(iac) == 0.03125 and "never above 0.03)" not in hand and "at most 0.031)" in hand
     assert "[0.080, 0.314]" in hand  # the claim against the lone agents says what holds on Picnic
+
+
+def test_the_rerun_table_on_the_page_is_what_the_committed_rerun_units_give():
+    import coop_reruns
+
+    assert coop_reruns.equal_prefix([0.5, 0.0, 0.25], [0.5, 0.0, 0.5]) == 2
+    assert coop_reruns.equal_prefix([0.5, 0.0], [0.5, 0.0]) == 2 and coop_reruns.equal_prefix([1.0], [0.0]) == 0
+    table = coop_reruns.rows()
+    assert {(r["task"], r["seed"], r["kernels"].split()[0]) for r in table} >= {
+        ("secretpair", 0, "AVX-512"), ("picnic", 0, "AVX-512"), ("picnic", 0, "AVX2")}
+    for r in table:  # every flow count is over all of the rerun's evaluation episodes, not stored exchanges
+        assert r["flow"]["source"] == "all" and r["flow"]["episodes"] == 100
+    text = (ROOT / "docs" / "results.md").read_text()
+    block = text.split("<!-- coop-reruns:begin -->\n")[1].split("<!-- coop-reruns:end -->")[0]
+    assert block == coop_reruns.markdown(table)
+
+
+def test_held_to_avx2_kernels_the_untrained_team_repeats_its_stored_exchanges_and_with_avx512_they_part():
+    stored = committed_units()["picnic/seed0/team-base"]
+    reruns = ROOT / "benchmarks" / "results"
+    avx2 = json.loads((reruns / "coop-rerun-avx2" / "picnic" / "seed0" / "team-base.json").read_text())
+    avx512 = json.loads((reruns / "coop-rerun" / "picnic" / "seed0" / "team-base.json").read_text())
+    assert avx2["settings"]["cpu_capability"] == "AVX2" and avx2["settings"]["mkl_instructions"] == "AVX2"
+    assert avx512["settings"]["cpu_capability"] == "AVX512" and avx512["settings"]["mkl_instructions"] is None
+    for mode in ("sampled", "greedy"):
+        assert avx2[mode]["reward_mean"] == stored[mode]["reward_mean"]
+    for rate in ("invalid_action_rate", "used_partner_info_rate"):
+        assert avx2["sampled"][rate] == stored["sampled"][rate]
+    assert avx2["examples"] == stored["examples"]  # every word of the three stored exchanges
+    assert avx512["examples"] != stored["examples"]
