@@ -11,7 +11,7 @@ VLLM_STAMP := $(VLLM_VENV)/.installed
 DOCS_VENV  := .venv-docs
 DOCS_STAMP := $(DOCS_VENV)/.installed
 
-.PHONY: docs demo test test-fsdp test-slow test-vllm test-vllm-slow gpu-check bench bench-learning results results-coop clean
+.PHONY: docs demo test test-fsdp test-torchrun test-slow test-vllm test-vllm-slow gpu-check bench bench-learning results results-coop clean
 
 $(STAMP): pyproject.toml
 	test -x $(BIN)/python || $(PY) -m venv $(VENV)
@@ -30,6 +30,12 @@ test: $(STAMP)
 test-fsdp: $(STAMP)
 	$(BIN)/python -m pytest -q -m 'fsdp and not slow' tests/test_fsdp.py
 
+# Other runs of several processes under torchrun (tests marked `torchrun`): a group restarted by
+# `--max-restarts` after a kill resumes to the uninterrupted run (data parallel and FSDP2), and two ranks
+# preempted by SIGTERM; about three minutes on 2 cores.
+test-torchrun: $(STAMP)
+	$(BIN)/python -m pytest -q -m 'torchrun and not slow' tests/test_restarts.py tests/test_preemption.py
+
 test-slow: $(STAMP)
 	$(BIN)/python -m pytest -q -m slow
 
@@ -45,11 +51,11 @@ $(VLLM_STAMP): pyproject.toml
 # gloo ranks (tests/test_vllm_torchrun.py), 3 for gpu-check's CPU path, on a loaded 2-core machine; after the
 # ~4-minute install).
 test-vllm: $(VLLM_STAMP)
-	VLLM_LOGGING_LEVEL=WARNING $(VLLM_VENV)/bin/python -m pytest -q -m 'vllm and not slow' -p no:warnings tests/test_vllm.py tests/test_vllm_torchrun.py tests/test_gpu_check.py
+	VLLM_LOGGING_LEVEL=WARNING $(VLLM_VENV)/bin/python -m pytest -q -m 'vllm and not slow' -p no:warnings tests/test_vllm.py tests/test_vllm_torchrun.py tests/test_gpu_check.py tests/test_restarts.py tests/test_preemption.py
 
 # The same with the slow ones (a 2-rank vLLM checkpoint resumed on 4 ranks: two more minutes).
 test-vllm-slow: $(VLLM_STAMP)
-	VLLM_LOGGING_LEVEL=WARNING $(VLLM_VENV)/bin/python -m pytest -q -m vllm -p no:warnings tests/test_vllm.py tests/test_vllm_torchrun.py tests/test_gpu_check.py
+	VLLM_LOGGING_LEVEL=WARNING $(VLLM_VENV)/bin/python -m pytest -q -m vllm -p no:warnings tests/test_vllm.py tests/test_vllm_torchrun.py tests/test_gpu_check.py tests/test_restarts.py tests/test_preemption.py
 
 $(DOCS_STAMP): docs/requirements.txt
 	test -x $(DOCS_VENV)/bin/python || $(PY) -m venv $(DOCS_VENV)

@@ -55,6 +55,7 @@ def main(argv: list[str] | None = None) -> int:
     from vllm.lora.request import LoRARequest
 
     from learners.rollout.backends import vllm_engines as ve
+    from learners.rollout.backends.adapter_folders import adapter_scratch
 
     torch.manual_seed(0)
     tok = AutoTokenizer.from_pretrained(args.model)
@@ -114,7 +115,7 @@ def main(argv: list[str] | None = None) -> int:
     shutil.rmtree(scratch)
 
     # ----- after: the tensors only, in /dev/shm, reloaded in place under one id -----
-    root = tempfile.mkdtemp(dir=ve.adapter_scratch())
+    root = tempfile.mkdtemp(dir=adapter_scratch())
     request = ve.push_adapter(engine, peft, NAME, root)
     inplace = LoRARequest(request.lora_name, request.lora_int_id, request.lora_path, load_inplace=True)
     with torch.no_grad():
@@ -138,7 +139,7 @@ def main(argv: list[str] | None = None) -> int:
 
     size = sum(v.numel() * v.element_size() for v in lora_params)
     print(f"{os.path.basename(os.path.normpath(args.model))}: one adapter of {len(lora_params)} tensors, "
-          f"{size / 1e6:.2f} MB; adapter folder in {ve.adapter_scratch() or tempfile.gettempdir()}; "
+          f"{size / 1e6:.2f} MB; adapter folder in {adapter_scratch() or tempfile.gettempdir()}; "
           f"median ms of {args.repeats} syncs")
     for key, values in rows.items():
         print(f"  {key:<48} {1e3 * statistics.median(values):8.2f}")

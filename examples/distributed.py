@@ -15,11 +15,11 @@ import hashlib
 import json
 import os
 
-import torch
 import torch.distributed as dist
 
 from comlrl_env.testing import tiny_model
 from learners import MAGRPO, MAGRPOConfig
+from learners.parallel import Distributed
 
 parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
 parser.add_argument("--out", default="outputs/distributed")
@@ -29,12 +29,12 @@ parser.add_argument("--beams", action="store_true", help="deterministic beam-sea
 parser.add_argument("--train-batch-size", type=int, default=None, help="groups per optimizer step, over all ranks")
 args = parser.parse_args()
 
-dist.init_process_group("nccl" if torch.cuda.is_available() else "gloo")
-rank = dist.get_rank()
+group = Distributed.from_env()  # torchrun's process group, joined so that a restarted group never meets a dead one
+rank = group.rank
 model_dir = os.path.join(args.out, "tiny-model")
 if rank == 0:
     tiny_model(model_dir, arch="qwen2", seed=0)  # rank 0 builds the model, the others wait for it
-dist.barrier()
+group.barrier()
 
 config = MAGRPOConfig(
     num_train_epochs=args.epochs,
@@ -61,4 +61,5 @@ with open(os.path.join(args.out, f"weights-rank{rank}.json"), "w") as f:
     steps = int(next(iter(learner.optimizers[0].state.values()))["step"])  # AdamW's step count
     json.dump({"rank": rank, "sha256": digest.hexdigest(), "epoch": learner.epoch, "env_steps": learner.env_steps,
                "optimizer_steps": steps}, f)
-dist.destroy_process_group()
+if dist.is_initialized():
+    dist.destroy_process_group()

@@ -28,6 +28,7 @@ from safetensors.torch import save_file
 
 from comlrl_env.testing import tiny_model
 from learners import IAC, MAAC, MAGRPO, IACConfig, MAACConfig, MAGRPOConfig
+from learners.parallel import Distributed
 from learners.parallel.fsdp import decoder_layers, shard_target
 
 parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
@@ -46,10 +47,9 @@ parser.add_argument("--try-resume", nargs="+", default=None,
                     help="(tests) build MAGRPO and try to resume each of these (corrupt) checkpoints, no training")
 args = parser.parse_args()
 
-launched = "WORLD_SIZE" in os.environ
-if launched:
-    dist.init_process_group("nccl" if torch.cuda.is_available() else "gloo")
-rank = dist.get_rank() if launched else 0
+group = Distributed.from_env()  # torchrun's process group (none in one plain process)
+launched = group.enabled
+rank = group.rank
 model_dirs = [os.path.join(args.out, f"tiny-model-{seed}") for seed in (0, 1)]
 if rank == 0 and not os.path.isdir(model_dirs[1]):
     for seed, model_dir in enumerate(model_dirs):  # rank 0 builds the models, the others wait for them

@@ -23,6 +23,7 @@ import torch.distributed as dist
 
 from comlrl_env.testing import tiny_model
 from learners import IAC, MAAC, MAGRPO, IACConfig, MAACConfig, MAGRPOConfig
+from learners.parallel import Distributed
 from learners.rollout.backends.hf import encode_prompts
 from learners.rollout.samples import SampleBatch
 from learners.rollout.scoring import completion_logprobs
@@ -44,10 +45,9 @@ parser.add_argument("--tensor-parallel", type=int, default=1, help="ranks per en
 args = parser.parse_args()
 LORA = {"r": 4, "lora_alpha": 8, "target_modules": ["q_proj", "v_proj"]}
 
-launched = "WORLD_SIZE" in os.environ
-if launched:
-    dist.init_process_group("nccl" if torch.cuda.is_available() else "gloo")
-rank, world = (dist.get_rank(), dist.get_world_size()) if launched else (0, 1)
+group = Distributed.from_env()  # torchrun's process group (none in one plain process)
+launched = group.enabled
+rank, world = group.rank, group.world_size
 model_dir = os.path.join(args.out, "tiny-qwen2-hd64")
 if rank == 0 and not os.path.isdir(model_dir):  # rank 0 builds the model, the others wait for it
     tiny_model(model_dir, hidden_size=128, num_heads=2, num_kv_heads=1)

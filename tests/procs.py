@@ -24,13 +24,14 @@ def child_env(**extra: str) -> dict[str, str]:
 
 
 def torchrun(script: "os.PathLike[str] | str", out: "os.PathLike[str] | str", *args: str, nproc: int = 2,
-             timeout: float = 300, **popen: object) -> "subprocess.CompletedProcess[str] | subprocess.Popen[str]":
-    """Run `script --out OUT args` under `torchrun --standalone` with `nproc` processes (0: as one plain process),
-    with `child_env`; waits and returns the completed process, or with `popen` arguments returns the Popen.
+             restarts: int = 0, timeout: float = 300, **popen: object) -> "subprocess.CompletedProcess[str] | subprocess.Popen[str]":
+    """Run `script --out OUT args` under `torchrun --standalone` with `nproc` processes (0: as one plain process)
+    and `--max-restarts restarts`, with `child_env`; waits and returns the completed process, or with `popen` arguments returns the Popen.
 
     gloo on an oversubscribed CPU has (once in CI, never in 54 local tries) aborted a rank in native code with no
     Python error: such a run is rerun once from a clean `out`, with a warning in the summary."""
-    runner = ["-m", "torch.distributed.run", "--standalone", f"--nproc_per_node={nproc}"] if nproc else []
+    runner = ["-m", "torch.distributed.run", "--standalone", f"--nproc_per_node={nproc}",
+              f"--max-restarts={restarts}"] if nproc else []
     cmd = [sys.executable, *runner, str(script), "--out", str(out), *args]
     env = child_env(PYTHONFAULTHANDLER="1")  # a native abort prints its Python stack
     if popen:

@@ -39,6 +39,12 @@ def checkpoints(out: Path) -> list[str]:
     return sorted(n for n in os.listdir(d) if n.startswith("checkpoint-")) if d.is_dir() else []
 
 
+def logged_rollouts(out: Path) -> list[int]:
+    """The `step` of each training row in the run's metrics.jsonl."""
+    rows = [json.loads(line) for line in (out / "run" / "metrics.jsonl").read_text().splitlines()]
+    return [r["step"] for r in rows if "train/reward_mean" in r]
+
+
 def digest(out: Path, rank: int = 0) -> str:
     return json.loads((out / f"weights-rank{rank}.json").read_text())["sha256"]
 
@@ -69,8 +75,10 @@ def stopped_and_resumed(tiny_dir: str, out: Path, signame: str, nproc: int = 0) 
     assert checkpoints(out) == ["checkpoint-1"]  # the first scheduled one ends epoch 1 (rollout 2): the stop wrote it
     meta = read_checkpoint_metadata(out / "checkpoints" / "checkpoint-1")
     assert meta["progress"]["rollouts_done"] == SIGNAL_AT and meta["progress"]["batch_in_epoch"] == SIGNAL_AT
+    assert len(logged_rollouts(out)) == SIGNAL_AT
     resumed = run(out, tiny_dir, nproc=nproc)  # the same command, as a requeued job runs it
     assert resumed.returncode == 0, resumed.stderr[-3000:]
+    assert logged_rollouts(out) == [8, 16, 24, 32]  # env steps at each rollout's row: each rollout once
     assert checkpoints(out) == ["checkpoint-1", "checkpoint-2", "checkpoint-3"]  # epochs 1 and 2, numbered on
     digests = {digest(out, r) for r in range(max(nproc, 1))}
     assert len(digests) == 1
@@ -118,7 +126,7 @@ def test_without_a_checkpoint_dir_it_warns_that_nothing_was_saved(tiny_dir, tmp_
     assert "nothing could be saved" in done.stderr
 
 
-@pytest.mark.slow
+@pytest.mark.torchrun
 def test_two_ranks_stop_together_and_resume_to_the_uninterrupted_run(tiny_dir, tmp_path):
     """torchrun, 2 gloo ranks: SIGTERM reaches rank 1 only; both ranks agree at the rollout boundary, write the
     checkpoint together and exit 75; resumed on 2 ranks, the run ends as a 2-rank run no signal stopped.
@@ -127,6 +135,21 @@ def test_two_ranks_stop_together_and_resume_to_the_uninterrupted_run(tiny_dir, t
     done = run(full, tiny_dir, nproc=2)
     assert done.returncode == 0, done.stderr[-3000:]
     assert stopped_and_resumed(tiny_dir, tmp_path / "stopped", "SIGTERM", nproc=2) == digest(full)
+
+
+@pytest.mark.vllm
+def test_with_vllm_a_signal_stops_the_run_and_removes_its_adapter_folder(tmp_path):
+    """The vLLM backend with a LoRA adapter per agent: SIGTERM ends the run with status 75, and the adapter
+    folder the backend kept in memory (/dev/shm) is gone with it."""
+    pytest.importorskip("vllm")
+    from comlrl_env.testing import tiny_model
+
+    model = str(tiny_model(tmp_path / "tiny-qwen2-hd64", hidden_size=128, num_heads=2, num_kv_heads=1))
+    done = run(tmp_path, model, "--send", "SIGTERM", "--vllm")
+    assert done.returncode == 75, done.stderr[-3000:]
+    root = (tmp_path / "adapter-root.txt").read_text()
+    assert root and not os.path.exists(root)
+    assert checkpoints(tmp_path) == ["checkpoint-1"]
 
 
 def test_handlers_last_only_as_long_as_learn(tiny_dir):
@@ -207,6 +230,7 @@ def main() -> None:
     parser.add_argument("--slow-save", type=float, default=0.0, help="seconds each checkpoint write waits first")
     parser.add_argument("--timeout", type=float, default=None, help="preemption_timeout")
     parser.add_argument("--no-checkpoints", action="store_true")
+    parser.add_argument("--vllm", action="store_true", help="the vLLM backend, a LoRA adapter per agent")
     args = parser.parse_args()
 
     import torch
@@ -219,12 +243,21 @@ def main() -> None:
     class Signal:
         def on_step_end(self, learner, metrics):
             if sig and learner.rollouts_done == SIGNAL_AT and args.send_rank in (None, learner.dist.rank):
+                if args.vllm:  # the backend's adapter folder, while it holds the adapters' configs
+                    root = learner.engine.backend.adapter_root
+                    with open(os.path.join(args.out, "adapter-root.txt"), "w") as f:
+                        f.write(root if os.listdir(root) else "")
                 os.kill(os.getpid(), sig)
                 if args.repeat_signal:
                     os.kill(os.getpid(), sig)
 
-    learner = MAGRPO(agent_model=args.model, num_agents=2, env="smoke/FormatAgreement-v1",
-                     args=config(EPOCHS, **({} if args.timeout is None else {"preemption_timeout": args.timeout})),
+    extra = {"output_dir": os.path.join(args.out, "run")}
+    if args.timeout is not None:
+        extra["preemption_timeout"] = args.timeout
+    if args.vllm:
+        extra.update(generation_backend="vllm", vllm_engine_args={"kv_cache_memory_bytes": 64 << 20},
+                     peft_config={"r": 4, "lora_alpha": 8, "target_modules": ["q_proj", "v_proj"]})
+    learner = MAGRPO(agent_model=args.model, num_agents=2, env="smoke/FormatAgreement-v1", args=config(EPOCHS, **extra),
                      callbacks=[Signal()])
     save = learner.save_checkpoint
 

@@ -267,43 +267,6 @@ def test_a_policy_step_with_group_by_length_equals_one_without(tiny_dir):
         MAGRPOConfig(sharding="fsdp", group_by_length=True)
 
 
-# ----- adapter folders ----------------------------------------------------------------------------------------
-
-
-def test_adapter_folders_of_gone_processes_are_swept_and_live_ones_kept(tmp_path, monkeypatch):
-    """A torchrun rank killed by SIGTERM runs no finalizer: its adapter folder in /dev/shm would stay until
-    reboot, so the next backend removes the folders whose process is gone and that were idle 10 minutes."""
-    import os
-    import pathlib
-    import subprocess
-    import sys
-    import time
-
-    from learners.rollout.backends import vllm_engines
-
-    monkeypatch.setattr(vllm_engines, "adapter_scratch", lambda: str(tmp_path))
-    gone = subprocess.Popen([sys.executable, "-c", "pass"])
-    gone.wait()
-    old = time.time() - 3600
-
-    def folder(name: str, idle: bool) -> "pathlib.Path":
-        path = tmp_path / name
-        path.mkdir()
-        (path / "adapter_config.json").write_text("{}")
-        if idle:
-            os.utime(path, (old, old))
-        return path
-
-    stale = folder(f"comlrl-vllm-adapters-{gone.pid}-a1", idle=True)
-    recent = folder(f"comlrl-vllm-adapters-{gone.pid}-b2", idle=False)  # touched lately: it may still be in use
-    live = folder(f"comlrl-vllm-adapters-{os.getpid()}-c3", idle=True)  # its process runs
-    other = folder("comlrl-vllm-model-d4", idle=True)  # not an adapter folder
-    root = vllm_engines.adapter_root()
-    assert not stale.exists() and recent.exists() and live.exists() and other.exists()
-    assert os.path.dirname(root) == str(tmp_path)
-    assert os.path.basename(root).startswith(f"comlrl-vllm-adapters-{os.getpid()}-")
-
-
 # ----- the config ---------------------------------------------------------------------------------------------
 
 

@@ -215,7 +215,7 @@ def test_four_lora_agents_sample_in_one_engine_call_per_turn_and_follow_every_st
 
 
 def test_adapter_sync_writes_only_lora_tensors_and_config_in_memory_and_leaves_nothing(model_dir, monkeypatch):
-    """Issue 42: each sync writes an adapter's LoRA tensors (no model card) into its one folder in /dev/shm
+    """Each sync writes an adapter's LoRA tensors (no model card) into its one folder in /dev/shm
     and reloads it, so the engine samples the new weights at once; the tensors go once loaded, the folders
     at close()."""
     learner = magrpo(model_dir, "vllm", num_agents=2, peft_config=LORA, agent_learning_rate=5e-2,
@@ -247,7 +247,9 @@ def test_adapter_sync_writes_only_lora_tensors_and_config_in_memory_and_leaves_n
         assert len(names) == 2 * 2 * 2  # lora_A and lora_B of q_proj and v_proj in 2 layers
         assert all(re.fullmatch(r"base_model\.model\.model\.layers\.\d\.self_attn\.[qv]_proj\.lora_[AB]\.weight", n)
                    for n in names), names
-    assert all(os.listdir(os.path.join(root, f)) == ["adapter_config.json"] for f in os.listdir(root))
+    folders = {path for path, _, _ in loads}
+    assert sorted(os.listdir(root)) == sorted([".owner", *map(os.path.basename, folders)])
+    assert all(os.listdir(path) == ["adapter_config.json"] for path in folders)  # the tensors went once read
     backend.close()
     assert not os.path.exists(root)
 

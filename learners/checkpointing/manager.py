@@ -101,8 +101,9 @@ class CheckpointManager:
 
     def resolve_resume(self, value: ResumeFrom) -> str | None:
         """The checkpoint `resume_from_checkpoint=value` names: a path as given; for True or "latest" the
-        newest complete checkpoint in `checkpoint_dir` (None when it has none: a fresh start); None for None
-        or False."""
+        newest complete checkpoint in `checkpoint_dir` (None when it has none: a fresh start), as rank 0
+        sees it (every rank resumes from the same one, whatever its own view of a network filesystem); None
+        for None or False."""
         if value is None or value is False:
             return None
         if value is True or value == "latest":
@@ -110,7 +111,8 @@ class CheckpointManager:
                 raise ValueError(f"resume_from_checkpoint={value!r} resumes from the newest checkpoint in "
                                  "checkpoint_dir, which is not set; pass checkpoint_dir=... (the folder the run "
                                  "saves into), or a checkpoint path.")
-            return self.latest()
+            dist = self.learner.dist
+            return dist.from_main(self.latest() if dist.is_main else None)
         if isinstance(value, bool) or not isinstance(value, (str, os.PathLike)):
             raise TypeError(f"resume_from_checkpoint must be a path, True, 'latest' or None, got {value!r}.")
         return _expand(value)

@@ -8,8 +8,17 @@ weighted so that the result equals the gradient of the mean over the global
 minibatch; every rank then takes the same step and keeps identical weights.
 Ranks sample with different seeds (seed + rank). Rank 0 alone logs (console,
 JSONL, wandb), writes checkpoints and saves models; metrics are averaged
-across ranks. The backend is NCCL on GPUs and gloo on CPUs; several machines
+across ranks. The backend is NCCL for CUDA tensors and gloo for CPU ones (on GPUs the
+control values, such as the preemption flag, stay CPU tensors); several machines
 use torchrun's usual rendezvous (`--nnodes`, `--rdzv-endpoint`).
+
+Restarts (`torchrun --max-restarts N`): torchrun's agent hosts one key-value store for all of a job's worker
+groups, and torch's default group keeps its keys (each rank's gloo or NCCL address) under the same names in
+every group. A restarted rank can then read a dead rank's address and fail to connect ("Connection refused")
+or hang, whichever rank reaches `init_process_group` first. On one node the group is joined through that store
+under a prefix per restart (`TORCHELASTIC_RESTART_COUNT`, the same for every rank of one agent). Several nodes
+count restarts each on their own, so there the job script must set `TORCH_DISABLE_SHARE_RDZV_TCP_STORE=1` (a
+new store per group); `from_env` warns when it is missing.
 
 Without torchrun (no `WORLD_SIZE` in the environment, or 1) everything is a
 no-op and a learner runs as a single process. With `sharding="fsdp"` the models
@@ -20,6 +29,7 @@ from __future__ import annotations
 
 import dataclasses
 import os
+import warnings
 from typing import Any
 
 import torch
@@ -43,8 +53,13 @@ class Distributed:
         if world <= 1:
             return cls()
         if not dist.is_initialized():
-            backend = "nccl" if torch.cuda.is_available() else "gloo"
-            dist.init_process_group(backend=backend)
+            # CUDA tensors over NCCL; the small control values (sums, the preemption flag) are CPU tensors: gloo
+            backend = "cpu:gloo,cuda:nccl" if torch.cuda.is_available() else "gloo"
+            store = restart_store()
+            if store is None:
+                dist.init_process_group(backend=backend)
+            else:
+                dist.init_process_group(backend=backend, store=store, rank=int(os.environ["RANK"]), world_size=world)
         return cls(rank=dist.get_rank(), world_size=dist.get_world_size(),
                    local_rank=int(os.environ.get("LOCAL_RANK", "0")))
 
@@ -107,6 +122,20 @@ class Distributed:
         if self.enabled:
             dist.barrier()
 
+    def from_main(self, text: str | None) -> str | None:
+        """Rank 0's `text` on every rank (its UTF-8 bytes in a tensor; None is length -1)."""
+        if not self.enabled:
+            return text
+        data = torch.tensor(list(text.encode()) if self.is_main and text is not None else [], dtype=torch.uint8)
+        size = torch.tensor([data.numel() if self.is_main and text is not None else -1], dtype=torch.int64)
+        dist.broadcast(size, src=0)
+        if int(size[0]) < 0:
+            return None
+        if not self.is_main:
+            data = torch.empty(int(size[0]), dtype=torch.uint8)
+        dist.broadcast(data, src=0)
+        return bytes(data.tolist()).decode()
+
     def gather(self, obj: Any) -> list[Any]:
         """Every rank's `obj` on every rank (used for RNG states in checkpoints)."""
         if not self.enabled:
@@ -114,3 +143,20 @@ class Distributed:
         out: list[Any] = [None] * self.world_size
         dist.all_gather_object(out, obj)
         return out
+
+
+def restart_store() -> dist.Store | None:
+    """The store this group joins through under torchrun's shared agent store: a prefix per restart on one node
+    (so a restarted group never reads the keys of the group before it); None elsewhere (torch's default: the
+    job's own store, or no torchrun agent)."""
+    if os.environ.get("TORCHELASTIC_USE_AGENT_STORE") != "True":
+        return None
+    if int(os.environ.get("GROUP_WORLD_SIZE", "1")) > 1:  # agents that count restarts each on their own
+        if int(os.environ.get("TORCHELASTIC_MAX_RESTARTS", "0")) > 0:
+            warnings.warn("torchrun --max-restarts on several nodes needs TORCH_DISABLE_SHARE_RDZV_TCP_STORE=1 in "
+                          "the environment of every node's torchrun: with the store shared, a restarted group "
+                          "can read the previous group's addresses and fail to connect", stacklevel=3)
+        return None
+    shared = dist.TCPStore(os.environ["MASTER_ADDR"], int(os.environ["MASTER_PORT"]),
+                           int(os.environ["WORLD_SIZE"]), is_master=False, timeout=dist.default_pg_timeout)
+    return dist.PrefixStore(f"comlrl/restart-{os.environ.get('TORCHELASTIC_RESTART_COUNT', '0')}", shared)

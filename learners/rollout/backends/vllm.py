@@ -37,8 +37,6 @@ normalised over the kept tokens) when agents are scored at their sampling temper
 
 from __future__ import annotations
 
-import os
-import shutil
 import threading
 import time
 import weakref
@@ -48,21 +46,21 @@ import torch
 import torch.distributed
 from transformers import PreTrainedModel, PreTrainedTokenizerBase
 
+from learners.rollout.backends.adapter_folders import adapter_root, remove_adapter_root
 from learners.rollout.backends.hf import check_context, context_length, encode_prompts, eos_token_ids
 from learners.rollout.backends.sampling import logits_processor_fields
 from learners.rollout.backends.vllm_engines import (
     EngineSpec,
     acquire_engine,
-    adapter_root,
     base_weights,
     check_temperature,
     check_vllm_arguments,
     kept_process_state,
     push_adapter,
     push_weights,
-    whole,
     release_engine,
     require_vllm,
+    whole,
 )
 from learners.rollout.samples import SampleBatch
 from learners.rollout.scoring import Support
@@ -114,7 +112,7 @@ class VLLMBackend:
         self.lock = threading.Lock()  # one call at a time per backend: engines are not thread-safe
         self.adapter_root = adapter_root()
         # The adapter folders go with the backend, and at exit too: in /dev/shm they would outlive the process.
-        self.remove_adapters = weakref.finalize(self, shutil.rmtree, self.adapter_root, ignore_errors=True)
+        self.remove_adapters = weakref.finalize(self, remove_adapter_root, self.adapter_root)
         self.adapters: dict[int, Any] = {}  # agent -> its current LoRARequest
         specs = [self._spec(members, memory_share / len(groups), engine_args or {}) for members in groups.values()]
         self.engines = [acquire_engine(spec) for spec in specs]

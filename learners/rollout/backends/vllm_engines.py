@@ -4,7 +4,7 @@ An engine is a `vllm.LLM` running in-process (`VLLM_ENABLE_V1_MULTIPROCESSING=0`
 reach it without a copy across processes. It starts from the model's config and tokenizer only
 (`load_format="dummy"`) and gets its weights from the live model (`push_weights`), so the engine always
 samples what the trainer holds, whatever the model was loaded from. After each change a LoRA agent's tensors
-are written to its adapter folder in memory (`/dev/shm`, beside its PEFT config) and reloaded in place under
+are written to its adapter folder in memory (`adapter_folders`: `/dev/shm`, beside its PEFT config) and reloaded in place under
 the agent's id (`push_adapter`: vLLM 0.32 loads adapters from folders only).
 
 Engines are lent from a pool keyed by everything that shapes one (architecture, tokenizer, dtype, LoRA slots,
@@ -34,7 +34,6 @@ import random
 import re
 import shutil
 import tempfile
-import time
 from typing import Any, Iterable, Iterator
 
 import numpy as np
@@ -42,8 +41,8 @@ import torch
 import torch.distributed
 from torch.distributed.tensor import DTensor
 
-__all__ = ["ADAPTER_FILE", "EngineSpec", "INSTALL", "MIN_TEMPERATURE", "acquire_engine", "adapter_root",
-           "adapter_scratch", "adapter_tensors", "base_weights", "check_temperature", "check_vllm_arguments",
+__all__ = ["ADAPTER_FILE", "EngineSpec", "INSTALL", "MIN_TEMPERATURE", "acquire_engine",
+           "adapter_tensors", "base_weights", "check_temperature", "check_vllm_arguments",
            "engines_started", "kept_process_state", "push_adapter", "push_weights", "release_engine", "require_vllm",
            "shutdown_engines", "whole", "write_adapter_tensors"]
 
@@ -259,49 +258,6 @@ def base_weights(peft_model: Any) -> dict[str, torch.Tensor]:
 
 ADAPTER_FILE = "adapter_model.safetensors"
 """The tensors file vLLM's LoRA loader reads from an adapter folder (beside PEFT's `adapter_config.json`)."""
-
-
-ADAPTER_PREFIX = "comlrl-vllm-adapters-"
-STALE_SECONDS = 600
-"""A dead process's adapter folder untouched this long is removed by the next backend (`adapter_root`)."""
-
-
-def adapter_scratch() -> str | None:
-    """Where adapter folders go: `/dev/shm` (memory, no disk) when it exists and is writable, else None (the
-    temp dir)."""
-    return "/dev/shm" if os.path.isdir("/dev/shm") and os.access("/dev/shm", os.W_OK | os.X_OK) else None
-
-
-def adapter_root() -> str:
-    """A new adapter folder, `comlrl-vllm-adapters-<pid>-*` in `adapter_scratch()`, after removing the folders
-    of processes that are gone. A backend removes its own folder when it is collected or at exit, but a
-    process killed by a signal (torchrun's SIGTERM to the other ranks when one raises) runs no finalizer, and
-    in /dev/shm its folder would stay until reboot. A folder is stale when its pid is not running and it was
-    not modified for `STALE_SECONDS` (a live backend rewrites its folder at every weight sync)."""
-    scratch = adapter_scratch() or tempfile.gettempdir()
-    for name in os.listdir(scratch):
-        owner = re.fullmatch(rf"{ADAPTER_PREFIX}(\d+)-\w+", name)
-        path = os.path.join(scratch, name)
-        if owner and not _running(int(owner.group(1))) and _idle_seconds(path) > STALE_SECONDS:
-            shutil.rmtree(path, ignore_errors=True)
-    return tempfile.mkdtemp(prefix=f"{ADAPTER_PREFIX}{os.getpid()}-", dir=scratch)
-
-
-def _running(pid: int) -> bool:
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:  # another user's process
-        return True
-    return True
-
-
-def _idle_seconds(path: str) -> float:
-    try:
-        return time.time() - os.stat(path).st_mtime
-    except FileNotFoundError:
-        return 0.0
 
 
 def adapter_tensors(peft_model: Any, adapter_name: str) -> dict[str, torch.Tensor]:
