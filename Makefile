@@ -11,7 +11,7 @@ VLLM_STAMP := $(VLLM_VENV)/.installed
 DOCS_VENV  := .venv-docs
 DOCS_STAMP := $(DOCS_VENV)/.installed
 
-.PHONY: docs demo test test-fsdp test-torchrun test-slow test-vllm test-vllm-slow gpu-check bench bench-learning results results-coop clean
+.PHONY: docs demo test test-fsdp test-torchrun test-suites test-slow test-vllm test-vllm-slow gpu-check bench bench-learning results results-coop clean
 
 $(STAMP): pyproject.toml
 	test -x $(BIN)/python || $(PY) -m venv $(VENV)
@@ -35,6 +35,11 @@ test-fsdp: $(STAMP)
 # preempted by SIGTERM; about three minutes on 2 cores.
 test-torchrun: $(STAMP)
 	$(BIN)/python -m pytest -q -m 'torchrun and not slow' tests/test_restarts.py tests/test_preemption.py
+
+# Every dataset of the external suites (reasoning-gym) through check_env and check_task; the default suite
+# checks a sample. About a minute on 2 cores.
+test-suites: $(STAMP)
+	$(BIN)/python -m pytest -q -m 'suites and not slow' tests/test_reasoning_gym.py
 
 test-slow: $(STAMP)
 	$(BIN)/python -m pytest -q -m slow

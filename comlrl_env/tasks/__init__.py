@@ -40,6 +40,11 @@ register("coop/Picnic-v1", entry_point=Picnic)
 register("coop/SharedPick-v1", entry_point=SharedPick)
 register("coop/GridPick-v1", entry_point=GridPick)
 
+# reasoning-gym's datasets as team tasks (comlrl_env/qa/reasoning_gym.py; needs `pip install
+# 'comlrl-env[reasoning]'`, imported on first use): any `reasoning_gym/<dataset>-v0` resolves on demand.
+register_namespace("reasoning_gym", "comlrl_env.qa.reasoning_gym:dataset_spec")
+register("qa/Arithmetic-v0", entry_point="comlrl_env.qa.protocols:arithmetic_team")
+
 # OpenSpiel games (comlrl_env/openspiel.py; needs `pip install 'comlrl-env[games]'`, imported on first use).
 # Any `openspiel/<game>-v0` resolves on demand; the `games` suite's ids are registered with small defaults.
 register_namespace("openspiel", "comlrl_env.openspiel:game_spec")

@@ -40,11 +40,18 @@ __all__ = ["Distributed"]
 
 @dataclasses.dataclass
 class Distributed:
-    """The process group seen by one learner: rank, world size, and the collectives it needs."""
+    """The process group seen by one learner: rank, world size, and the collectives it needs.
+
+    Build it with `Distributed.from_env()`, which joins torchrun's process group (a script that needs its
+    rank before building a learner calls it too); `Distributed()` is one process alone.
+    """
 
     rank: int = 0
+    """This process's rank in the group (0 alone)."""
     world_size: int = 1
+    """Processes in the group (1 alone)."""
     local_rank: int = 0
+    """This process's rank on its machine (`LOCAL_RANK`): its GPU index."""
 
     @classmethod
     def from_env(cls) -> "Distributed":

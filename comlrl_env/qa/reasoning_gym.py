@@ -1,0 +1,132 @@
+"""reasoning-gym's datasets as team tasks: `make("reasoning_gym/<dataset>-v0", ...)`.
+
+Any dataset in reasoning-gym's own registry resolves (needs `pip install "comlrl-env[reasoning]"`, which pins
+reasoning-gym 0.1.25), except those in `REFUSED`, which say why. Each is a `TeamQA` (`comlrl_env.qa.protocols`)
+over a `ReasoningGymQA` source:
+
+    env = make("reasoning_gym/basic_arithmetic-v0", protocol="proposer_finalizer", size=500, seed=0,
+               max_terms=3)   # the dataset's own config fields pass through
+
+- **Items** are the dataset's, made with `create_dataset(name, seed=seed, size=size, **config)` and kept as
+  Python objects: `env.task` is `{"question", "answer", "metadata"}` as reasoning-gym made it (a JSON round
+  trip would change most of them, and can break their own scorers). Item i depends on `(seed, i)` only.
+- **Answers** are extracted with reasoning-gym's convention (`reasoning_gym.utils.extract_answer`: the last
+  `<answer>...</answer>`) and scored by the dataset's `score_answer`, through `VerifiedQA.reward`: a scorer
+  that raises costs one flagged answer, and the floor some scorers pay any text (0.01 to 0.25) is taken
+  off, so doing nothing earns 0.
+"""
+
+from __future__ import annotations
+
+import difflib
+from typing import Any
+
+from comlrl_env.qa.protocols import TeamQA
+from comlrl_env.qa.sources import VerifiedQA
+from comlrl_env.registry import ID_PATTERN, EnvNotFound, EnvSpec
+
+__all__ = ["INSTALL", "REFUSED", "ReasoningGymQA", "dataset_spec", "reasoning_gym_env"]
+
+INSTALL = 'pip install "comlrl-env[reasoning]"'
+"""How to install reasoning-gym for the `reasoning_gym/` ids."""
+
+REFUSED = {
+    "game_of_life_halting": "its scorer pays 1.0 for any non-empty answer (it reads the text 'False' as true)",
+    "list_functions": "its items differ between two runs with the same seed, so results would not repeat",
+    "composite": "it mixes other datasets by a config of them; make those datasets instead",
+    "acre": "its scorer pays partial credit to random words in answer tags (0.09 measured), which a team would "
+            "learn to write",
+    "spell_backward": "its scorer pays partial credit for letters in common, so random words in answer tags "
+                      "earn up to 0.17, which a team would learn to write",
+    "figlet_font": "its scorer pays partial credit for letters in common, so random words in answer tags earn "
+                   "up to 0.2, which a team would learn to write",
+}
+"""reasoning-gym datasets that are not offered, and why."""
+
+_ENV_KEYS = ("protocol", "num_agents", "rounds", "reward", "max_observation_length", "max_action_length",
+             "render_mode")
+
+
+class ReasoningGymQA(VerifiedQA):
+    """One reasoning-gym dataset as a `VerifiedQA` source; items are made on first use and kept.
+
+    Args:
+        dataset: The reasoning-gym dataset name, e.g. "basic_arithmetic".
+        size: Number of items.
+        seed: The dataset's seed (item i depends on `(seed, i)` only).
+        **config: The dataset's config fields (its `*Config` dataclass), e.g. `max_terms=3`.
+    """
+
+    def __init__(self, dataset: str, size: int = 500, seed: int = 0, **config: Any) -> None:
+        check_dataset_name(dataset)
+        from reasoning_gym.factory import create_dataset
+        from reasoning_gym.utils import extract_answer
+
+        if isinstance(size, bool) or not isinstance(size, int) or size < 1:
+            raise ValueError(f"size must be a positive int (the number of items), got {size!r}.")
+        if isinstance(seed, bool) or not isinstance(seed, int):
+            raise ValueError(f"seed must be an int, got {seed!r}.")
+        try:
+            self.dataset = create_dataset(dataset, seed=seed, size=size, **config)
+        except TypeError as e:  # an unknown config field
+            raise TypeError(f"reasoning_gym/{dataset}: {e}") from None
+        super().__init__(_Kept(self.dataset), score=self.dataset.score_answer, extract=extract_answer,
+                         name=f"reasoning_gym/{dataset}")
+        self.recipe = (dataset, size, seed, dict(config))
+
+    def __reduce__(self) -> tuple[Any, ...]:
+        """Pickled as its recipe: some datasets hold lambdas, and item i depends on `(seed, i)` only."""
+        return _remade, self.recipe
+
+
+def _remade(dataset: str, size: int, seed: int, config: dict[str, Any]) -> ReasoningGymQA:
+    return ReasoningGymQA(dataset, size=size, seed=seed, **config)
+
+
+class _Kept:
+    """A dataset's items, each made on first use and kept (making one can take a second)."""
+
+    def __init__(self, dataset: Any) -> None:
+        self.dataset, self.made = dataset, {}
+
+    def __len__(self) -> int:
+        return len(self.dataset)
+
+    def __getitem__(self, index: int) -> Any:
+        if index not in self.made:
+            self.made[index] = self.dataset[index]
+        return self.made[index]
+
+
+def check_dataset_name(name: str) -> None:
+    """EnvNotFound for a name reasoning-gym does not have (naming close ones) or one that is refused (with
+    why); ImportError with the install command when reasoning-gym is missing."""
+    try:
+        from reasoning_gym.factory import DATASETS
+    except ImportError:
+        raise ImportError(f"the reasoning_gym/ envs need reasoning-gym: {INSTALL}") from None
+    if name in REFUSED:
+        raise EnvNotFound(f"reasoning_gym/{name} is not offered: {REFUSED[name]}.")
+    if name not in DATASETS:
+        close = difflib.get_close_matches(name, [n for n in DATASETS if n not in REFUSED], n=3)
+        hint = f" Did you mean {', '.join(repr(c) for c in close)}?" if close else ""
+        raise EnvNotFound(f"reasoning-gym has no dataset {name!r}.{hint}")
+
+
+def reasoning_gym_env(dataset: str, size: int = 500, seed: int = 0, **kwargs: Any) -> TeamQA:
+    """A `TeamQA` over reasoning-gym's `dataset`: `protocol`, `num_agents`, `rounds`, `reward` and the length
+    limits go to `TeamQA`, every other keyword to the dataset's config."""
+    env_kwargs = {k: kwargs.pop(k) for k in _ENV_KEYS if k in kwargs}
+    return TeamQA(ReasoningGymQA(dataset, size=size, seed=seed, **kwargs), **env_kwargs)
+
+
+def dataset_spec(id: str) -> EnvSpec:
+    """The spec of a `reasoning_gym/<dataset>-v0` id (the registry's resolver for the namespace)."""
+    match = ID_PATTERN.match(id)
+    if match is None or match["namespace"] != "reasoning_gym":
+        raise EnvNotFound(f"{id!r} is not a reasoning-gym id; they look like 'reasoning_gym/basic_arithmetic-v0'.")
+    if match["version"] != "0":
+        raise EnvNotFound(f"reasoning-gym ids have version 0 only, got {id!r}; use "
+                          f"'reasoning_gym/{match['name']}-v0'.")
+    check_dataset_name(match["name"])
+    return EnvSpec(id, reasoning_gym_env, {"dataset": match["name"]})

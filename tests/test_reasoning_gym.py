@@ -1,0 +1,95 @@
+"""reasoning-gym's datasets as environments (`comlrl_env.qa.reasoning_gym`): every dataset it registers is
+either offered and passes `check_env` and `check_task` (its oracle answers score 1, nothing else scores above
+0, random words in answer tags included) or refused with its reason; items stay Python objects; a scorer that
+raises costs one flagged answer."""
+
+from __future__ import annotations
+
+import random
+import re
+import sys
+
+import pytest
+
+from comlrl_env import make
+from comlrl_env.qa.reasoning_gym import REFUSED
+from comlrl_env.registry import EnvNotFound
+from comlrl_env.testing import check_env, check_task
+from comlrl_env.testing.task_checks import _play
+
+pytest.importorskip("reasoning_gym")
+from reasoning_gym.factory import DATASETS, create_dataset  # noqa: E402
+
+WORDS = "apple river stone cloud seven blue quickly under table window".split()
+OFFERED = sorted(set(DATASETS) - set(REFUSED))
+SAMPLE = {"basic_arithmetic", "simple_equations", "knights_knaves", "shortest_path", "mini_sudoku", "arc_agi",
+          "propositional_logic", "prime_factorization"}
+"""Checked in the default suite; the others carry the `suites` marker (`make test-suites`, which .ci/run runs)."""
+
+
+def oracle(env, obs):
+    return {a: f"<answer>{env.task['answer']}</answer>" for a in obs}
+
+
+def tagged_words(env, obs):
+    """Random words in answer tags: the babble a scorer with partial credit for any text would pay."""
+    rng = random.Random(env.task["question"])
+    return {a: "<answer>" + " ".join(rng.choice(WORDS) for _ in range(4)) + "</answer>" for a in obs}
+
+
+def test_every_registered_dataset_is_offered_or_refused_with_a_reason():
+    assert set(OFFERED) | set(REFUSED) == set(DATASETS) and len(OFFERED) >= 100
+    for name, reason in REFUSED.items():
+        with pytest.raises(EnvNotFound, match=re.escape(f"reasoning_gym/{name} is not offered: {reason}")):
+            make(f"reasoning_gym/{name}-v0")
+
+
+@pytest.mark.parametrize("name", [n if n in SAMPLE else pytest.param(n, marks=pytest.mark.suites) for n in OFFERED])
+def test_an_offered_dataset_passes_the_env_and_task_checks(name):
+    """4 items each (about 30 s for all on 2 cores): the oracle scores 1 where items carry their answer (5
+    datasets score from metadata instead), every degenerate policy scores 0."""
+    def build():
+        return make(f"reasoning_gym/{name}-v0", size=4, seed=0)
+
+    env = build()
+    check_env(build)
+    with_answers = all(env.source[i]["answer"] is not None for i in range(4))
+    means = check_task(env, good_policy=oracle if with_answers else None, episodes=4)
+    assert not with_answers or means["good"] == 1.0, means
+    words = [_play(env, tagged_words, e, e)[0] for e in range(4)]
+    assert max(v for r in words for v in r.values()) == 0.0, words
+
+
+def test_unknown_names_name_close_ones_and_the_version_is_0():
+    with pytest.raises(EnvNotFound, match="no dataset 'basic_arithmetc'. Did you mean 'basic_arithmetic'"):
+        make("reasoning_gym/basic_arithmetc-v0")
+    with pytest.raises(EnvNotFound, match="version 0 only"):
+        make("reasoning_gym/basic_arithmetic-v1")
+    with pytest.raises(TypeError, match="reasoning_gym/basic_arithmetic: .*no_such_field"):
+        make("reasoning_gym/basic_arithmetic-v0", no_such_field=3)
+
+
+def test_without_reasoning_gym_the_error_gives_the_install_command(monkeypatch):
+    monkeypatch.setitem(sys.modules, "reasoning_gym.factory", None)  # import fails
+    with pytest.raises(ImportError, match=r'pip install "comlrl-env\[reasoning\]"'):
+        make("reasoning_gym/basic_arithmetic-v0")
+
+
+def test_items_are_reasoning_gyms_own_objects_and_its_config_passes_through():
+    env = make("reasoning_gym/arc_agi-v0", size=3, seed=5)
+    env.reset(options={"task_index": 2})
+    made = create_dataset("arc_agi", seed=5, size=3)[2]
+    assert env.task is env.source[2] and repr(env.task) == repr(made)  # the same item, tuples and all
+    _, rewards, _, _, _ = env.step(oracle(env, {a: "" for a in env.agents}))
+    assert set(rewards.values()) == {1.0}  # a JSON round trip would drop this to 0.05
+    env = make("reasoning_gym/basic_arithmetic-v0", size=5, seed=1, min_terms=2, max_terms=2, protocol="debate")
+    assert all(env.source[i]["metadata"]["num_terms"] == 2 for i in range(5)) and env.num_turns == 2
+
+
+def test_a_scorer_that_raises_costs_one_flagged_answer():
+    env = make("reasoning_gym/prime_factorization-v0", size=2, seed=0)
+    env.reset(options={"task_index": 0})
+    _, rewards, _, _, infos = env.step({"agent_0": "<answer>twelve</answer>", "agent_1": oracle(env, {"x": ""})["x"]})
+    assert rewards == {"agent_0": 0.0, "agent_1": 1.0}
+    assert infos["agent_0"]["invalid_action"].startswith("the scorer raised ValueError")
+    assert "invalid_action" not in infos["agent_1"]
