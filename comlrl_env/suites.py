@@ -15,6 +15,9 @@
   feedback, the pie-splitting game): one of each reward structure and turn style.
 - `private_info`: tasks a team solves only by sharing what each agent knows (a message turn, then
   an answer turn); each also has one-agent views (`view="full"`, `view="own"`). See `comlrl_env.tasks.private_info`.
+- `reasoning`: held-out splits of 12 reasoning-gym datasets (arithmetic, algebra, logic, graphs,
+  puzzles; needs `pip install 'comlrl-env[reasoning]'`), each `reasoning/<dataset>-v0`: 200 items
+  that no training split `reasoning_gym/<dataset>-v0` holds. See `comlrl_env.qa.reasoning_gym`.
 - `games`: OpenSpiel games in small configurations (needs `pip install
   'comlrl-env[games]'`): cooperative (tiny_hanabi, hanabi, coop_box_pushing),
   general-sum negotiation (bargaining, negotiation) and competitive (kuhn_poker,
@@ -23,6 +26,8 @@
 """
 
 from __future__ import annotations
+
+from comlrl_env.qa.reasoning_gym import REASONING_SUITE
 
 __all__ = ["suites"]
 
@@ -37,6 +42,7 @@ suites: dict[str, list[str]] = {
     "writing": ["writing/DocSummary-v1", "writing/DocSummaryGeneralSum-v1"],
     "basic": ["coop/LengthRatio-v1", "coop/GuessNumber-v1", "general/SplitPie-v1"],
     "private_info": ["coop/SecretPair-v1", "coop/Picnic-v1", "coop/SharedPick-v1", "coop/GridPick-v1"],
+    "reasoning": [f"reasoning/{name}-v0" for name in REASONING_SUITE],
     "games": [
         "openspiel/tiny_hanabi-v0",
         "openspiel/hanabi-v0",

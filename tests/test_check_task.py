@@ -28,23 +28,23 @@ def _length_ratio(env, obs):
     return {"agent_0": f"a {noun}", "agent_1": f"a {noun} by the old town"}
 
 
-# A policy that solves each built-in task (by reading the answer off the env), keyed by the id's name.
+# A policy that solves each built-in task (by reading the answer off the env), keyed by the id without version.
 GOOD = {
-    "GuessNumber": lambda env, obs: {a: str(env.task["target"]) for a in obs},
-    "LengthRatio": _length_ratio,
-    "SplitPie": lambda env, obs: {a: str(100 // len(obs)) for a in obs},
-    "Arithmetic": lambda env, obs: {a: str(env.task["targets"][a]) for a in obs},
-    "FormatAgreement": lambda env, obs: {a: env.task["open"] + env.task["word"] + env.task["close"] for a in obs},
-    "DocSummary": _doc_summary,
-    "DocSummaryGeneralSum": _doc_summary,
+    "coop/GuessNumber": lambda env, obs: {a: str(env.task["target"]) for a in obs},
+    "coop/LengthRatio": _length_ratio,
+    "general/SplitPie": lambda env, obs: {a: str(100 // len(obs)) for a in obs},
+    "smoke/Arithmetic": lambda env, obs: {a: str(env.task["targets"][a]) for a in obs},
+    "smoke/FormatAgreement": lambda env, obs: {a: env.task["open"] + env.task["word"] + env.task["close"] for a in obs},
+    "writing/DocSummary": _doc_summary,
+    "writing/DocSummaryGeneralSum": _doc_summary,
 }
 
 
 def _good_policy(env_id: str):
-    name = env_id.split("/")[-1].rsplit("-v", 1)[0]
+    name = env_id.rsplit("-v", 1)[0]
     if name in GOOD:
         return GOOD[name]
-    return lambda env, obs: env.canonical_actions()  # the code and private-information tasks know their answer
+    return lambda env, obs: env.canonical_actions()  # the code, private-information and QA tasks know their answer
 
 
 # Games are not tasks: a competitive game pays its winner whatever the play, and random legal play

@@ -38,8 +38,11 @@ CONDITIONS = {
     "training pairs": "training_pairs",
     "held-out pairs": "heldout_pairs",
     "`eval_logger`": "eval_logger",
+    "`curriculum_threshold`": "curriculum",
 }
-NOT_RUN_HERE = {"vllm"}  # needs vLLM, which the default test venv lacks (tests/test_vllm.py runs it)
+# vllm: needs vLLM, which the default test venv lacks (tests/test_vllm.py runs it); curriculum: needs an env with
+# levels (tests/test_curriculum.py checks the logged levels)
+NOT_RUN_HERE = {"vllm", "curriculum"}
 
 FAST = dict(num_train_epochs=1, max_new_tokens=4, temperature=1.0, top_p=1.0, top_k=None, episodes_per_epoch=2,
             rollout_buffer_size=2, eval_num_samples=2, verbose=False)

@@ -93,3 +93,33 @@ def test_a_scorer_that_raises_costs_one_flagged_answer():
     assert rewards == {"agent_0": 0.0, "agent_1": 1.0}
     assert infos["agent_0"]["invalid_action"].startswith("the scorer raised ValueError")
     assert "invalid_action" not in infos["agent_1"]
+
+
+def questions(env) -> set[str]:
+    return {env.source[i]["question"] for i in range(env.num_tasks)}
+
+
+def test_held_out_items_are_disjoint_from_training_ones_and_another_seed_is_not_held_out():
+    train = make("reasoning_gym/basic_arithmetic-v0", size=300)
+    assert len(questions(train) & questions(make("reasoning_gym/basic_arithmetic-v0", size=300, seed=1))) >= 290
+    held_out = make("reasoning/basic_arithmetic-v0")
+    assert held_out.num_tasks == 200 and not questions(train) & questions(held_out)
+
+
+def test_comlrl_bench_runs_the_reasoning_suite_on_saved_agents(tiny_dir, tmp_path):
+    import json
+
+    from comlrl_env.suites import suites
+    from learners.cli import main
+
+    saved = tmp_path / "agents"
+    saved.mkdir()
+    for i in range(2):
+        (saved / f"agent_{i}").symlink_to(tiny_dir)
+    out = tmp_path / "results"
+    assert main(["--suite", "reasoning", "--agents", str(saved), "--episodes", "2", "--out", str(out), "--greedy",
+                 "--max-new-tokens", "4"]) == 0
+    rows = json.loads((out / "results.json").read_text())["rows"]
+    assert len(suites["reasoning"]) == 12
+    assert {r["env"] for r in rows if r["policy"] == "agents"} == set(suites["reasoning"])
+    assert all(r["reward_mean"] == 0.0 for r in rows if r["policy"] == "empty")

@@ -119,6 +119,32 @@ class TeamQA(TextParallelEnv):
             return paid, True
         return sum(paid.values()) / len(paid), True
 
+    # ----- curriculum levels (learners.loop.curriculum), where the source has them ----------
+
+    @property
+    def curriculum_levels(self) -> int | None:
+        """The source's difficulty levels (reasoning-gym's curricula); None when it has none."""
+        return getattr(self.source, "levels", None)
+
+    @property
+    def curriculum_level(self) -> int | None:
+        """The source's current level; None before one is set."""
+        return getattr(self.source, "level", None)
+
+    def set_curriculum_level(self, level: int) -> None:
+        """Make the next episodes' items at `level` (the source's `set_level`)."""
+        if self.curriculum_levels is None:
+            raise ValueError(f"{self.metadata['name']} has no curriculum levels: its source has none.")
+        self.source.set_level(level)
+
+    @property
+    def canonical_actions(self) -> Any:
+        """The reference answer in answer tags for every agent to move (`canonical_actions()`, the benchmark's
+        `canonical` row); absent (AttributeError) when the source's items carry no reference answer."""
+        if self.source.answer is None:
+            raise AttributeError(f"{self.metadata['name']}'s items carry no reference answer")
+        return lambda: {a: f"<answer>{self.source.reference(self.item_index)}</answer>" for a in self.to_move()}
+
     def stub_actions(self) -> dict[AgentID, str]:
         """The answer format with nothing in it (`check_task` plays it every turn)."""
         return {agent: "<answer></answer>" for agent in self.agents}

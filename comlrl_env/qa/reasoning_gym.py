@@ -9,7 +9,16 @@ over a `ReasoningGymQA` source:
 
 - **Items** are the dataset's, made with `create_dataset(name, seed=seed, size=size, **config)` and kept as
   Python objects: `env.task` is `{"question", "answer", "metadata"}` as reasoning-gym made it (a JSON round
-  trip would change most of them, and can break their own scorers). Item i depends on `(seed, i)` only.
+  trip would change most of them, and can break their own scorers).
+- **Splits.** Most datasets make item i from `Random(seed + i)`, so seeds s and s + 1 share all items but one:
+  another seed is not a held-out set. `split="held_out"` makes the items from seed `seed + HELD_OUT_SEED`
+  (10**9), disjoint from every training split of fewer than 10**9 items whose seed is below that. The
+  `reasoning` suite's envs, `reasoning/<dataset>-v0`, are held-out splits.
+- **Levels.** reasoning-gym's curricula (every offered dataset but gsm_symbolic) become the env's
+  `curriculum_levels`: `set_curriculum_level(k)` (or `make(..., curriculum_level=k)`) remakes the items at
+  the curriculum's global level k, every difficulty attribute at its k-th setting (or its last), over the
+  same seed and indices; a config field the curriculum sets is overridden. With `curriculum_threshold`,
+  learners move up the levels as the team improves (`learners.loop.curriculum`).
 - **Answers** are extracted with reasoning-gym's convention (`reasoning_gym.utils.extract_answer`: the last
   `<answer>...</answer>`) and scored by the dataset's `score_answer`, through `VerifiedQA.reward`: a scorer
   that raises costs one flagged answer, and the floor some scorers pay any text (0.01 to 0.25) is taken
@@ -18,6 +27,7 @@ over a `ReasoningGymQA` source:
 
 from __future__ import annotations
 
+import dataclasses
 import difflib
 from typing import Any
 
@@ -25,7 +35,8 @@ from comlrl_env.qa.protocols import TeamQA
 from comlrl_env.qa.sources import VerifiedQA
 from comlrl_env.registry import ID_PATTERN, EnvNotFound, EnvSpec
 
-__all__ = ["INSTALL", "REFUSED", "ReasoningGymQA", "dataset_spec", "reasoning_gym_env"]
+__all__ = ["HELD_OUT_SEED", "INSTALL", "REASONING_SUITE", "REFUSED", "ReasoningGymQA", "dataset_spec",
+           "reasoning_gym_env"]
 
 INSTALL = 'pip install "comlrl-env[reasoning]"'
 """How to install reasoning-gym for the `reasoning_gym/` ids."""
@@ -43,6 +54,13 @@ REFUSED = {
 }
 """reasoning-gym datasets that are not offered, and why."""
 
+HELD_OUT_SEED = 10**9
+"""`split="held_out"` makes its items from seed `seed + HELD_OUT_SEED`."""
+
+REASONING_SUITE = ("basic_arithmetic", "chain_sum", "gcd", "simple_equations", "polynomial_multiplication",
+                   "knights_knaves", "syllogism", "aiw", "shortest_path", "course_schedule", "mini_sudoku", "maze")
+"""The `reasoning` suite's datasets: arithmetic, algebra, logic, graphs and puzzles, each cheap to score."""
+
 _ENV_KEYS = ("protocol", "num_agents", "rounds", "reward", "max_observation_length", "max_action_length",
              "render_mode")
 
@@ -54,33 +72,78 @@ class ReasoningGymQA(VerifiedQA):
         dataset: The reasoning-gym dataset name, e.g. "basic_arithmetic".
         size: Number of items.
         seed: The dataset's seed (item i depends on `(seed, i)` only).
+        split: "train" (the items of `seed`) or "held_out" (those of `seed + HELD_OUT_SEED`).
+        curriculum_level: Start at this level of the dataset's curriculum; None: the dataset's own defaults.
         **config: The dataset's config fields (its `*Config` dataclass), e.g. `max_terms=3`.
     """
 
-    def __init__(self, dataset: str, size: int = 500, seed: int = 0, **config: Any) -> None:
+    def __init__(self, dataset: str, size: int = 500, seed: int = 0, split: str = "train",
+                 curriculum_level: int | None = None, **config: Any) -> None:
         check_dataset_name(dataset)
-        from reasoning_gym.factory import create_dataset
         from reasoning_gym.utils import extract_answer
 
         if isinstance(size, bool) or not isinstance(size, int) or size < 1:
             raise ValueError(f"size must be a positive int (the number of items), got {size!r}.")
-        if isinstance(seed, bool) or not isinstance(seed, int):
-            raise ValueError(f"seed must be an int, got {seed!r}.")
+        if isinstance(seed, bool) or not isinstance(seed, int) or not 0 <= seed < HELD_OUT_SEED:
+            raise ValueError(f"seed must be an int in [0, 10**9) (held-out items use seed + 10**9), got {seed!r}.")
+        if split not in ("train", "held_out"):
+            raise ValueError(f"split must be 'train' or 'held_out', got {split!r}.")
+        self.made_from, self.size = seed + (HELD_OUT_SEED if split == "held_out" else 0), size
+        self.dataset = self._make(dataset, config)
+        items = _Kept(self.dataset)
+        # 5 datasets carry no answer and score from the metadata: they have no reference answer
+        super().__init__(items, score=self.dataset.score_answer, extract=extract_answer,
+                         answer="answer" if items[0]["answer"] is not None else None, name=f"reasoning_gym/{dataset}")
+        self.recipe = (dataset, size, seed, split, dict(config))
+        self.level: int | None = None
+        self.levels = _curriculum_levels(dataset)
+        if curriculum_level is not None:
+            self.set_level(curriculum_level)
+
+    def set_level(self, level: int) -> None:
+        """Remake the items at the curriculum's global `level` (the same seed and indices)."""
+        if self.levels is None:
+            raise ValueError(f"{self.name} has no curriculum in reasoning-gym; train it without "
+                             "curriculum_threshold or curriculum_level.")
+        if isinstance(level, bool) or not isinstance(level, int) or not 0 <= level < self.levels:
+            raise ValueError(f"curriculum_level must be an int in 0..{self.levels - 1} for {self.name}, "
+                             f"got {level!r}.")
+        from reasoning_gym.factory import create_curriculum
+
+        curriculum = create_curriculum(self.recipe[0])
+        curriculum.set_global_level(level)
+        fields = {k: v for k, v in dataclasses.asdict(curriculum.generate_configuration()).items()
+                  if k not in ("seed", "size")}
+        self.dataset = self._make(self.recipe[0], {**self.recipe[4], **fields})
+        self.items, self.score, self._floors, self.level = _Kept(self.dataset), self.dataset.score_answer, {}, level
+
+    def _make(self, dataset: str, config: dict[str, Any]) -> Any:
+        from reasoning_gym.factory import create_dataset
+
         try:
-            self.dataset = create_dataset(dataset, seed=seed, size=size, **config)
+            return create_dataset(dataset, seed=self.made_from, size=self.size, **config)
         except TypeError as e:  # an unknown config field
             raise TypeError(f"reasoning_gym/{dataset}: {e}") from None
-        super().__init__(_Kept(self.dataset), score=self.dataset.score_answer, extract=extract_answer,
-                         name=f"reasoning_gym/{dataset}")
-        self.recipe = (dataset, size, seed, dict(config))
 
     def __reduce__(self) -> tuple[Any, ...]:
-        """Pickled as its recipe: some datasets hold lambdas, and item i depends on `(seed, i)` only."""
-        return _remade, self.recipe
+        """Pickled as its recipe and level: some datasets hold lambdas, and item i depends on `(seed, i)` only."""
+        return _remade, (*self.recipe, self.level)
 
 
-def _remade(dataset: str, size: int, seed: int, config: dict[str, Any]) -> ReasoningGymQA:
-    return ReasoningGymQA(dataset, size=size, seed=seed, **config)
+def _remade(dataset: str, size: int, seed: int, split: str, config: dict[str, Any], level: int | None
+            ) -> ReasoningGymQA:
+    return ReasoningGymQA(dataset, size=size, seed=seed, split=split, curriculum_level=level, **config)
+
+
+def _curriculum_levels(dataset: str) -> int | None:
+    """The number of global levels of the dataset's curriculum (its longest attribute's), None without one."""
+    from reasoning_gym.factory import create_curriculum
+
+    try:
+        curriculum = create_curriculum(dataset)
+    except (KeyError, ValueError):
+        return None
+    return max(len(attr.levels) for attr in curriculum.attributes.values()) if curriculum.attributes else None
 
 
 class _Kept:
@@ -113,11 +176,11 @@ def check_dataset_name(name: str) -> None:
         raise EnvNotFound(f"reasoning-gym has no dataset {name!r}.{hint}")
 
 
-def reasoning_gym_env(dataset: str, size: int = 500, seed: int = 0, **kwargs: Any) -> TeamQA:
+def reasoning_gym_env(dataset: str, size: int = 500, seed: int = 0, split: str = "train", **kwargs: Any) -> TeamQA:
     """A `TeamQA` over reasoning-gym's `dataset`: `protocol`, `num_agents`, `rounds`, `reward` and the length
     limits go to `TeamQA`, every other keyword to the dataset's config."""
     env_kwargs = {k: kwargs.pop(k) for k in _ENV_KEYS if k in kwargs}
-    return TeamQA(ReasoningGymQA(dataset, size=size, seed=seed, **kwargs), **env_kwargs)
+    return TeamQA(ReasoningGymQA(dataset, size=size, seed=seed, split=split, **kwargs), **env_kwargs)
 
 
 def dataset_spec(id: str) -> EnvSpec:

@@ -49,13 +49,17 @@ class VerifiedQA:
             indexing); item i is `items[i]`, used as it is.
         score: `score(answer, item) -> float` in [0, 1], `answer` the extracted text.
         question: The item's key holding its question, or a function `item -> str`.
+        answer: The item's key holding its reference answer, a function `item -> str`, or None (the items
+            carry none; reasoning-gym datasets that score from metadata). A None value for an item means the
+            same.
         answer_format: The instruction that ends every prompt.
         extract: `extract(completion) -> answer or None` (default: the last `<answer>` tag).
         name: A short name for the source (the env's name).
     """
 
     def __init__(self, items: Sequence[Any], score: Callable[[str, Any], float],
-                 question: str | Callable[[Any], str] = "question", answer_format: str = ANSWER_FORMAT,
+                 question: str | Callable[[Any], str] = "question",
+                 answer: str | Callable[[Any], Any] | None = "answer", answer_format: str = ANSWER_FORMAT,
                  extract: Callable[[str], str | None] = tag_answer, name: str = "qa") -> None:
         if not callable(score):
             raise TypeError(f"score must be a function score(answer, item) -> float, got {score!r}.")
@@ -63,7 +67,7 @@ class VerifiedQA:
             raise TypeError(f"question must be an item key or a function item -> str, got {question!r}.")
         if len(items) == 0:
             raise ValueError("items is empty: a source needs at least one question.")
-        self.items, self.score, self.question = items, score, question
+        self.items, self.score, self.question, self.answer = items, score, question, answer
         self.answer_format, self.extract, self.name = answer_format, extract, name
         self._floors: dict[int, float] = {}
 
@@ -77,6 +81,15 @@ class VerifiedQA:
         """Item `index`'s question."""
         item = self.items[index]
         return str(self.question(item) if callable(self.question) else item[self.question])
+
+    def reference(self, index: int) -> str | None:
+        """Item `index`'s reference answer as text, or None when it has none."""
+        if self.answer is None:
+            return None
+        item = self.items[index]
+        value = self.answer(item) if callable(self.answer) else (item.get(self.answer) if isinstance(item, dict)
+                                                                  else item[self.answer])
+        return None if value is None else str(value)
 
     def reward(self, completion: str, index: int) -> tuple[float, str | None]:
         """`(reward, why it is invalid or None)` of a completion answering item `index`."""

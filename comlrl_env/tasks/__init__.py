@@ -44,6 +44,12 @@ register("coop/GridPick-v1", entry_point=GridPick)
 # 'comlrl-env[reasoning]'`, imported on first use): any `reasoning_gym/<dataset>-v0` resolves on demand.
 register_namespace("reasoning_gym", "comlrl_env.qa.reasoning_gym:dataset_spec")
 register("qa/Arithmetic-v0", entry_point="comlrl_env.qa.protocols:arithmetic_team")
+# The `reasoning` suite: held-out splits of 12 reasoning-gym datasets.
+from comlrl_env.qa.reasoning_gym import REASONING_SUITE  # noqa: E402
+
+for _dataset in REASONING_SUITE:
+    register(f"reasoning/{_dataset}-v0", entry_point="comlrl_env.qa.reasoning_gym:reasoning_gym_env",
+             dataset=_dataset, split="held_out", size=200)
 
 # OpenSpiel games (comlrl_env/openspiel.py; needs `pip install 'comlrl-env[games]'`, imported on first use).
 # Any `openspiel/<game>-v0` resolves on demand; the `games` suite's ids are registered with small defaults.

@@ -137,6 +137,14 @@ class LearnerConfig(metaclass=ConfigMeta):
     boundary `learn()` writes a checkpoint (with a `checkpoint_dir`) and raises `learners.Preempted` (exit status
     75). None: no bound; set it below the time the scheduler leaves before its SIGKILL."""
 
+    curriculum_threshold: float | None = None
+    """With an env that has curriculum levels (`learners.loop.curriculum`): move it up one level when the mean
+    training reward over the last `curriculum_window` rollouts reaches this; logged as `train/curriculum_level`,
+    saved in checkpoints. None: no curriculum."""
+    curriculum_window: int = 8
+    """Rollouts whose mean training reward `curriculum_threshold` is compared with (the window empties at each
+    new level)."""
+
     # ----- episodes (datasets wrapped as environments) -----
     num_turns: int = 1
     """Turns per episode (default 1; the reference defaulted to 2, which failed without a transition)."""
@@ -299,6 +307,8 @@ class LearnerConfig(metaclass=ConfigMeta):
         "max_rollout_samples": Number(low=1, integer=True, optional=True, fix="None lifts the limit."),
         "preemption_timeout": Number(low=0, low_open=True, optional=True,
                                      fix="Give seconds (e.g. 120), or None for no bound on the stop."),
+        "curriculum_threshold": Number(optional=True, fix="None trains without a curriculum."),
+        "curriculum_window": Number(low=1, integer=True),
         "num_turns": Number(low=1, integer=True),
         "discount": Number(low=0, high=1),
         "early_termination_threshold": Number(optional=True, fix="None never ends an episode early."),

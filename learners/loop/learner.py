@@ -30,6 +30,7 @@ from learners.checkpointing.run_lock import locked_folders
 from learners.checkpointing.state import TrainingState
 from learners.loop import data, saving, training
 from learners.loop.config import LearnerConfig
+from learners.loop.curriculum import Curriculum, check_levels
 from learners.loop.construction import (
     agent_optimizers,
     attach_lora,
@@ -191,6 +192,8 @@ class Learner(abc.ABC):
                                              reward_func=reward_func, formatters=formatters,
                                              external_transition=external_transition,
                                              reward_processor=reward_processor)
+        if cfg.curriculum_threshold is not None:
+            check_levels(self.env)  # before the models load
         self.num_seats, self.num_agents = count, count - len(self.fixed)  # seats; the trained agents
         self.seats = [s for s in range(count) if s not in self.fixed]  # the seat each trained agent plays
         self.model_index = model_groups(sources, self.num_agents)  # agent -> its model (self-play: shared)
@@ -258,6 +261,9 @@ class Learner(abc.ABC):
         self.completions_sampled = 0  # per agent, in training rollouts
         self.last_rollout: Rollout | None = None
         self.flat_rollouts = 0  # rollouts in a row in which no group's returns differed
+        cfg = self.args
+        self.curriculum = (None if cfg.curriculum_threshold is None else  # the env at level 0 unless made higher
+                           Curriculum(self.env, cfg.curriculum_threshold, cfg.curriculum_window))
 
     # ----- what a learner writes -------------------------------------------------
 
@@ -414,11 +420,15 @@ class Learner(abc.ABC):
     def extra_state(self) -> dict[str, Any]:
         """Learner-specific state for checkpoints: the step and completion counters, and the wrapper's state."""
         state: dict[str, Any] = {"counters": [self.optimizer_steps, self.completions_sampled]}
+        if self.curriculum is not None:
+            state["curriculum"] = self.curriculum.state_dict()
         return {**state, "wrapper": self.wrapper.state_dict()} if self.wrapper is not None else state
 
     def load_extra_state(self, state: dict[str, Any]) -> None:
         """Restore what `extra_state()` returned (older checkpoints have no counters: they restart at 0)."""
         self.optimizer_steps, self.completions_sampled = state.get("counters", [0, 0])
+        if self.curriculum is not None and "curriculum" in state:
+            self.curriculum.load_state_dict(state["curriculum"])
         if self.wrapper is not None and "wrapper" in state:
             self.wrapper.load_state_dict(state["wrapper"])
 

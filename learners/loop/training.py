@@ -108,6 +108,8 @@ def run_rollout(learner: Trained, batches: list[list[tuple[int, int | None]]]) -
     metrics["train/epoch"] = learner.epoch + learner.batch_in_epoch / len(batches)
     metrics["train/optimizer_steps"] = float(learner.optimizer_steps)
     metrics["train/completions"] = float(learner.completions_sampled)
+    if learner.curriculum is not None:  # the level the next rollout plays at
+        metrics["train/curriculum_level"] = float(learner.curriculum.after_rollout(metrics["train/reward_mean"]))
     logged = metrics if learner.rollouts_done % cfg.logging_steps == 0 else {}
     learner.logger.log(logged, learner.env_steps, advance=1)
     learner.logger.log_rollout(learner.last_rollout, learner.env_steps, learner.rollouts_done, bool(logged))
