@@ -5,6 +5,7 @@ raises costs one flagged answer."""
 
 from __future__ import annotations
 
+import builtins
 import random
 import re
 import sys
@@ -22,8 +23,8 @@ from reasoning_gym.factory import DATASETS, create_dataset  # noqa: E402
 
 WORDS = "apple river stone cloud seven blue quickly under table window".split()
 OFFERED = sorted(set(DATASETS) - set(REFUSED))
-SAMPLE = {"basic_arithmetic", "simple_equations", "knights_knaves", "shortest_path", "mini_sudoku", "arc_agi",
-          "propositional_logic", "prime_factorization"}
+SAMPLE = {"basic_arithmetic", "simple_equations", "knights_knaves", "shortest_path", "propositional_logic",
+          "prime_factorization"}
 """Checked in the default suite; the others carry the `suites` marker (`make test-suites`, which .ci/run runs)."""
 
 
@@ -38,7 +39,7 @@ def tagged_words(env, obs):
 
 
 def test_every_registered_dataset_is_offered_or_refused_with_a_reason():
-    assert set(OFFERED) | set(REFUSED) == set(DATASETS) and len(OFFERED) >= 100
+    assert set(OFFERED) | set(REFUSED) == set(DATASETS) and len(OFFERED) == 91
     for name, reason in REFUSED.items():
         with pytest.raises(EnvNotFound, match=re.escape(f"reasoning_gym/{name} is not offered: {reason}")):
             make(f"reasoning_gym/{name}-v0")
@@ -58,6 +59,22 @@ def test_an_offered_dataset_passes_the_env_and_task_checks(name):
     assert not with_answers or means["good"] == 1.0, means
     words = [_play(env, tagged_words, e, e)[0] for e in range(4)]
     assert max(v for r in words for v in r.values()) == 0.0, words
+    ran = []
+    real_eval, real_exec = builtins.eval, builtins.exec
+
+    def spy(real):  # code made from the answer below names `getpid` (sympy's parse_expr keeps names too)
+        def run(source, *args, **kwargs):
+            if "getpid" in str(source):
+                ran.append(real.__name__)
+            return real(source, *args, **kwargs)
+        return run
+
+    with pytest.MonkeyPatch.context() as patch:  # model text never reaches eval or exec (sympy's parse_expr too)
+        patch.setattr(builtins, "eval", spy(real_eval))
+        patch.setattr(builtins, "exec", spy(real_exec))
+        for i in range(4):
+            env.source.reward("<answer>__import__('os').getpid()</answer>", i)
+    assert not ran, f"{name}: the scorer ran {ran} on model text"
 
 
 def test_unknown_names_name_close_ones_and_the_version_is_0():

@@ -51,13 +51,19 @@ REFUSED = {
                       "earn up to 0.17, which a team would learn to write",
     "figlet_font": "its scorer pays partial credit for letters in common, so random words in answer tags earn "
                    "up to 0.2, which a team would learn to write",
+    **{name: "its scorer runs the answer through Python's eval, so model text would run as code in the trainer"
+       for name in ("binary_matrix", "n_queens", "spiral_matrix", "string_insertion")},
+    **{name: "its scorer parses the answer with sympy's parse_expr, which runs it through Python's eval (model text "
+             "would run as code in the trainer, and a huge number in it takes minutes)"
+       for name in ("countdown", "puzzle24", "polynomial_multiplication", "simple_integration",
+                    "intermediate_integration")},
 }
 """reasoning-gym datasets that are not offered, and why."""
 
 HELD_OUT_SEED = 10**9
 """`split="held_out"` makes its items from seed `seed + HELD_OUT_SEED`."""
 
-REASONING_SUITE = ("basic_arithmetic", "chain_sum", "gcd", "simple_equations", "polynomial_multiplication",
+REASONING_SUITE = ("basic_arithmetic", "chain_sum", "gcd", "simple_equations", "polynomial_equations",
                    "knights_knaves", "syllogism", "aiw", "shortest_path", "course_schedule", "mini_sudoku", "maze")
 """The `reasoning` suite's datasets: arithmetic, algebra, logic, graphs and puzzles, each cheap to score."""
 
