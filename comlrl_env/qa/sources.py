@@ -87,8 +87,7 @@ class VerifiedQA:
         if self.answer is None:
             return None
         item = self.items[index]
-        value = self.answer(item) if callable(self.answer) else (item.get(self.answer) if isinstance(item, dict)
-                                                                  else item[self.answer])
+        value = self.answer(item) if callable(self.answer) else item[self.answer]
         return None if value is None else str(value)
 
     def reward(self, completion: str, index: int) -> tuple[float, str | None]:
