@@ -130,7 +130,7 @@ def build_ours(learner: str, task: str, seed: int, model: str, rows: list, rewar
         if learner == "marlhf":
             raise NotImplementedError("MARLHF here learns from dataset + reward tasks only")
         import comlrl_env
-        from comlrl_env.openspiel import OpenSpielBot
+        from comlrl_env.games.openspiel import OpenSpielBot
 
         env = comlrl_env.make(spec.env_id, **spec.env_kwargs)
         kw = dict(env=env, agent_model=model, callbacks=callbacks)

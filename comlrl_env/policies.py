@@ -5,7 +5,7 @@ A learner's `agents=[...]` takes, for each seat, either a trainable model or a f
     from comlrl_env.policies import FixedPolicy
     learner = MAGRPO(env="openspiel/kuhn_poker-v0", agents=["path/to/model", lambda obs: "Pass"], ...)
 
-- any `FixedPolicy` (scripted players, game bots such as `comlrl_env.openspiel.OpenSpielBot`);
+- any `FixedPolicy` (scripted players, game bots such as `comlrl_env.games.openspiel.OpenSpielBot`);
 - a plain callable from an observation to an action text, wrapped as `CallablePolicy`;
 - `learners.Frozen(model)`, a frozen copy of a model (it samples like an agent, batched, and is never updated).
 

@@ -6,7 +6,7 @@ also registered in PettingZoo's own registry when the installed PettingZoo
 has one (`pettingzoo.make("parallel", id)` then works too).
 
 A namespace can also resolve ids nobody registered one by one:
-`register_namespace("openspiel", "comlrl_env.openspiel:game_spec")` makes
+`register_namespace("openspiel", "comlrl_env.games.openspiel:game_spec")` makes
 `make("openspiel/<game>-v0")` build any OpenSpiel game, importing the resolver
 (and its optional dependency) only when such an id is first asked for.
 """

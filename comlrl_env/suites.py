@@ -22,7 +22,7 @@
   'comlrl-env[games]'`): cooperative (tiny_hanabi, hanabi, coop_box_pushing),
   general-sum negotiation (bargaining, negotiation) and competitive (kuhn_poker,
   leduc_poker, tic_tac_toe, liars_dice, goofspiel); sequential and
-  simultaneous-move, with and without chance. See `comlrl_env.openspiel`.
+  simultaneous-move, with and without chance. See `comlrl_env.games.openspiel`.
 """
 
 from __future__ import annotations

@@ -169,7 +169,8 @@ def test_documented_import_paths_still_work(path, names):
 
 
 def test_moved_paths_re_export_the_same_objects():
-    import comlrl_env.game_env
+    import comlrl_env.games.base
+    import comlrl_env.games.openspiel
     import comlrl_env.openspiel
     import learners.checkpoint
     import learners.checkpointing
@@ -179,4 +180,5 @@ def test_moved_paths_re_export_the_same_objects():
     assert learners.checkpoint.read_checkpoint_metadata is learners.checkpointing.read_checkpoint_metadata
     assert learners.checkpoint.CheckpointError is learners.checkpointing.CheckpointError
     assert rewards.code.execute is rewards.sandbox.execute
-    assert comlrl_env.openspiel.INVALID_ACTION_MODES is comlrl_env.game_env.INVALID_ACTION_MODES
+    assert comlrl_env.openspiel.INVALID_ACTION_MODES is comlrl_env.games.base.INVALID_ACTION_MODES
+    assert comlrl_env.openspiel is comlrl_env.games.openspiel  # the old path is the moved module itself

@@ -51,9 +51,9 @@ for _dataset in REASONING_SUITE:
     register(f"reasoning/{_dataset}-v0", entry_point="comlrl_env.qa.reasoning_gym:reasoning_gym_env",
              dataset=_dataset, split="held_out", size=200)
 
-# OpenSpiel games (comlrl_env/openspiel.py; needs `pip install 'comlrl-env[games]'`, imported on first use).
+# OpenSpiel games (comlrl_env/games/openspiel.py; needs `pip install 'comlrl-env[games]'`, imported on first use).
 # Any `openspiel/<game>-v0` resolves on demand; the `games` suite's ids are registered with small defaults.
-register_namespace("openspiel", "comlrl_env.openspiel:game_spec")
+register_namespace("openspiel", "comlrl_env.games.openspiel:game_spec")
 OPENSPIEL_GAMES: dict[str, dict[str, object]] = {
     "tiny_hanabi": {},
     "hanabi": {"players": 2, "colors": 2, "ranks": 2, "hand_size": 2, "max_information_tokens": 3,
@@ -68,4 +68,4 @@ OPENSPIEL_GAMES: dict[str, dict[str, object]] = {
     "goofspiel": {"num_cards": 4, "imp_info": True},
 }
 for _game, _params in OPENSPIEL_GAMES.items():
-    register(f"openspiel/{_game}-v0", entry_point="comlrl_env.openspiel:OpenSpielEnv", game=_game, **_params)
+    register(f"openspiel/{_game}-v0", entry_point="comlrl_env.games.openspiel:OpenSpielEnv", game=_game, **_params)

@@ -3,7 +3,7 @@
 A learner's `agents=[...]` holds one entry per seat (`env.possible_agents` order). An id, a directory or a
 loaded model is a trainable agent; anything else is a fixed policy (`comlrl_env.policies.as_fixed_policy`):
 
-    from comlrl_env.openspiel import OpenSpielBot
+    from comlrl_env.games.openspiel import OpenSpielBot
     from learners import MAGRPO, Frozen
 
     MAGRPO(env="openspiel/kuhn_poker-v0", agents=[model_dir, OpenSpielBot("random")])      # vs a bot

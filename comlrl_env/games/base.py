@@ -1,6 +1,6 @@
 """Text games whose seats answer from a list of legal actions: `TextGameEnv`, the part no game library needs.
 
-A game env (`comlrl_env.openspiel.OpenSpielEnv` is one) says how its game is read and played: who is to
+A game env (`comlrl_env.games.openspiel.OpenSpielEnv` is one) says how its game is read and played: who is to
 move, each seat's legal action texts and view, the utility bounds, how chosen moves are applied. This base
 turns that into prompts, reads the answers, handles invalid ones and pays the change of returns. It imports
 no game library.
