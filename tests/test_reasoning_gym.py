@@ -6,6 +6,7 @@ raises costs one flagged answer."""
 from __future__ import annotations
 
 import builtins
+import pickle
 import random
 import re
 import sys
@@ -140,3 +141,31 @@ def test_comlrl_bench_runs_the_reasoning_suite_on_saved_agents(tiny_dir, tmp_pat
     assert len(suites["reasoning"]) == 12
     assert {r["env"] for r in rows if r["policy"] == "agents"} == set(suites["reasoning"])
     assert all(r["reward_mean"] == 0.0 for r in rows if r["policy"] == "empty")
+
+
+@pytest.mark.parametrize("name", ["course_schedule", "syllogism"])
+def test_the_plain_answer_style_scores_the_whole_reply_and_still_pays_nothing_for_nothing(name):
+    """`answer_style="plain"` (models too small to write tags): the prompt asks for the answer alone, the
+    whole reply (less a closing full stop) is scored, and no degenerate reply earns anything."""
+    def build():
+        return make(f"reasoning_gym/{name}-v0", size=4, seed=0, answer_style="plain")
+
+    env = build()
+    check_env(build)
+    means = check_task(env, good_policy=lambda e, obs: {a: f" {e.task['answer']}.\n" for a in obs}, episodes=4)
+    assert means["good"] == 1.0, means
+    obs, _ = env.reset(options={"task_index": 0})
+    assert obs["agent_0"].endswith("Reply with only the final answer, nothing else.")
+    _, rewards, _, _, infos = env.step({"agent_0": "  ", "agent_1": f"<answer>{env.task['answer']}</answer>"})
+    assert rewards["agent_0"] == 0.0 and infos["agent_0"]["invalid_action"] == "no answer"
+    assert 0.0 < rewards["agent_1"] < 1.0  # the dataset's partial credit for the answer inside more text
+    copy = pickle.loads(pickle.dumps(env.source))
+    assert copy.extract("True.") == "True" and copy.answer_format == env.source.answer_format
+
+
+def test_bad_config_values_and_styles_are_named():
+    with pytest.raises(ValueError, match=r"reasoning_gym/leg_counting: its config .*max_animals must be >= "
+                                         "min_animals"):
+        make("reasoning_gym/leg_counting-v0", max_animals=1, min_animals=3)
+    with pytest.raises(ValueError, match="answer_style must be 'tags' or 'plain', got 'bare'"):
+        make("reasoning_gym/gcd-v0", answer_style="bare")

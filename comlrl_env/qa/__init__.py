@@ -2,6 +2,8 @@
 datasets) and the protocols a team answers them under (`TeamQA`)."""
 
 from comlrl_env.qa.protocols import PROTOCOLS, TeamQA
-from comlrl_env.qa.sources import ANSWER_FORMAT, GARBAGE, VerifiedQA, arithmetic_questions, tag_answer
+from comlrl_env.qa.sources import (ANSWER_FORMAT, GARBAGE, PLAIN_FORMAT, VerifiedQA, arithmetic_questions,
+                                   plain_answer, tag_answer)
 
-__all__ = ["ANSWER_FORMAT", "GARBAGE", "PROTOCOLS", "TeamQA", "VerifiedQA", "arithmetic_questions", "tag_answer"]
+__all__ = ["ANSWER_FORMAT", "GARBAGE", "PLAIN_FORMAT", "PROTOCOLS", "TeamQA", "VerifiedQA", "arithmetic_questions",
+           "plain_answer", "tag_answer"]

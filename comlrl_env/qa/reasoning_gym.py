@@ -20,7 +20,8 @@ over a `ReasoningGymQA` source:
   same seed and indices; a config field the curriculum sets is overridden. With `curriculum_threshold`,
   learners move up the levels as the team improves (`learners.loop.curriculum`).
 - **Answers** are extracted with reasoning-gym's convention (`reasoning_gym.utils.extract_answer`: the last
-  `<answer>...</answer>`) and scored by the dataset's `score_answer`, through `VerifiedQA.reward`: a scorer
+  `<answer>...</answer>`), or with `answer_style="plain"` the whole reply is the answer (the prompt asks
+  for the answer only: models of about 100M parameters never write the tags), and scored by the dataset's `score_answer`, through `VerifiedQA.reward`: a scorer
   that raises costs one flagged answer, and the floor some scorers pay any text (0.01 to 0.25) is taken
   off, so doing nothing earns 0.
 """
@@ -32,7 +33,7 @@ import difflib
 from typing import Any
 
 from comlrl_env.qa.protocols import TeamQA
-from comlrl_env.qa.sources import VerifiedQA
+from comlrl_env.qa.sources import PLAIN_FORMAT, VerifiedQA, plain_answer
 from comlrl_env.registry import ID_PATTERN, EnvNotFound, EnvSpec
 
 __all__ = ["HELD_OUT_SEED", "INSTALL", "REASONING_SUITE", "REFUSED", "ReasoningGymQA", "dataset_spec",
@@ -80,11 +81,13 @@ class ReasoningGymQA(VerifiedQA):
         seed: The dataset's seed (item i depends on `(seed, i)` only).
         split: "train" (the items of `seed`) or "held_out" (those of `seed + HELD_OUT_SEED`).
         curriculum_level: Start at this level of the dataset's curriculum; None: the dataset's own defaults.
+        answer_style: "tags" (reasoning, then the answer in `<answer>` tags: reasoning-gym's convention) or
+            "plain" (the whole reply is the answer).
         **config: The dataset's config fields (its `*Config` dataclass), e.g. `max_terms=3`.
     """
 
     def __init__(self, dataset: str, size: int = 500, seed: int = 0, split: str = "train",
-                 curriculum_level: int | None = None, **config: Any) -> None:
+                 curriculum_level: int | None = None, answer_style: str = "tags", **config: Any) -> None:
         check_dataset_name(dataset)
         from reasoning_gym.utils import extract_answer
 
@@ -94,13 +97,17 @@ class ReasoningGymQA(VerifiedQA):
             raise ValueError(f"seed must be an int in [0, 10**9) (held-out items use seed + 10**9), got {seed!r}.")
         if split not in ("train", "held_out"):
             raise ValueError(f"split must be 'train' or 'held_out', got {split!r}.")
+        if answer_style not in ("tags", "plain"):
+            raise ValueError(f"answer_style must be 'tags' or 'plain', got {answer_style!r}.")
         self.made_from, self.size = seed + (HELD_OUT_SEED if split == "held_out" else 0), size
         self.dataset = self._make(dataset, config)
         items = _Kept(self.dataset)
         # 5 datasets carry no answer and score from the metadata: they have no reference answer
-        super().__init__(items, score=self.dataset.score_answer, extract=extract_answer,
+        style = ({"answer_format": PLAIN_FORMAT, "extract": plain_answer} if answer_style == "plain"
+                 else {"extract": extract_answer})
+        super().__init__(items, score=self.dataset.score_answer, **style,
                          answer="answer" if items[0]["answer"] is not None else None, name=f"reasoning_gym/{dataset}")
-        self.recipe = (dataset, size, seed, split, dict(config))
+        self.recipe = (dataset, size, seed, split, answer_style, dict(config))
         self.level: int | None = None
         self.levels = _curriculum_levels(dataset)
         if curriculum_level is not None:
@@ -120,7 +127,7 @@ class ReasoningGymQA(VerifiedQA):
         curriculum.set_global_level(level)
         fields = {k: v for k, v in dataclasses.asdict(curriculum.generate_configuration()).items()
                   if k not in ("seed", "size")}
-        self.dataset = self._make(self.recipe[0], {**self.recipe[4], **fields})
+        self.dataset = self._make(self.recipe[0], {**self.recipe[5], **fields})
         self.items, self.score, self._floors, self.level = _Kept(self.dataset), self.dataset.score_answer, {}, level
 
     def _make(self, dataset: str, config: dict[str, Any]) -> Any:
@@ -130,15 +137,19 @@ class ReasoningGymQA(VerifiedQA):
             return create_dataset(dataset, seed=self.made_from, size=self.size, **config)
         except TypeError as e:  # an unknown config field
             raise TypeError(f"reasoning_gym/{dataset}: {e}") from None
+        except AssertionError as e:  # the config's own validate(): values that do not fit together
+            raise ValueError(f"reasoning_gym/{dataset}: its config {config!r} is invalid: {e}; see the "
+                             f"dataset's config class for the allowed values.") from None
 
     def __reduce__(self) -> tuple[Any, ...]:
         """Pickled as its recipe and level: some datasets hold lambdas, and item i depends on `(seed, i)` only."""
         return _remade, (*self.recipe, self.level)
 
 
-def _remade(dataset: str, size: int, seed: int, split: str, config: dict[str, Any], level: int | None
-            ) -> ReasoningGymQA:
-    return ReasoningGymQA(dataset, size=size, seed=seed, split=split, curriculum_level=level, **config)
+def _remade(dataset: str, size: int, seed: int, split: str, answer_style: str, config: dict[str, Any],
+            level: int | None) -> ReasoningGymQA:
+    return ReasoningGymQA(dataset, size=size, seed=seed, split=split, curriculum_level=level,
+                          answer_style=answer_style, **config)
 
 
 def _curriculum_levels(dataset: str) -> int | None:

@@ -4,11 +4,14 @@ A `VerifiedQA` is what the team protocols (`comlrl_env.qa.protocols`) play: any 
 function can score. It fixes three things every protocol relies on:
 
 - **The answer format.** Prompts end with `answer_format` (reasoning first, then the final answer in
-  `<answer>...</answer>`), and `extract` takes the answer out of a completion (the last tag's text).
+  `<answer>...</answer>`), and `extract` takes the answer out of a completion (the last tag's text). The
+  plain style (`PLAIN_FORMAT`, `plain_answer`: the whole reply is the answer) is for models too small to
+  write tags.
 - **Rewards in [0, 1] that mean what they say.** A completion without an answer scores 0 and is flagged; a
   scorer that raises scores 0 and is flagged, never a crash. Some scorers pay a floor to any answer (0.01
-  for text that is not even an attempt); the floor of an item is the most its scorer pays any of `GARBAGE`
-  or any answer its question shows in `<answer>` tags (a format example), and rewards are rescaled from it:
+  for text that is not even an attempt); the floor of an item is the most its scorer pays any of `GARBAGE`,
+  any answer its question shows in `<answer>` tags (a format example) or the answer `extract` reads from
+  the question or the prompt copied back, and rewards are rescaled from it:
   `max(0, (s - floor) / (1 - floor))`. Doing nothing earns 0, and a better answer still earns more.
 - **Items stay as the source made them**: `source[i]` is the item itself (no copy, no JSON round trip), so a
   scripted policy can read its answer.
@@ -23,11 +26,15 @@ from __future__ import annotations
 import re
 from typing import Any, Callable, Sequence
 
-__all__ = ["ANSWER_FORMAT", "GARBAGE", "VerifiedQA", "arithmetic_questions", "tag_answer"]
+__all__ = ["ANSWER_FORMAT", "GARBAGE", "PLAIN_FORMAT", "VerifiedQA", "arithmetic_questions", "plain_answer",
+           "tag_answer"]
 
 ANSWER_FORMAT = ("Think it through step by step, then write only the final answer inside <answer></answer> "
                  "tags, as the last thing you write.")
 """The instruction every protocol's prompt ends with (no sample answer: an echo of the prompt answers "")."""
+
+PLAIN_FORMAT = "Reply with only the final answer, nothing else."
+"""The instruction of the plain answer style (`plain_answer`): for models too small to write answer tags."""
 
 GARBAGE = ("", "zzz", "answer here", "the answer is", "lorem ipsum dolor sit amet")
 """Answers that attempt nothing; the most an item's scorer pays any of them is its floor."""
@@ -39,6 +46,12 @@ def tag_answer(completion: str) -> str | None:
     """The text of the last `<answer>...</answer>` in `completion`, stripped; None when it has none."""
     found = _TAG.findall(completion)
     return found[-1].strip() if found else None
+
+
+def plain_answer(completion: str) -> str | None:
+    """The whole completion as the answer (the plain style), stripped of spaces and a closing full stop
+    ("True." answers "True"); None when nothing is left."""
+    return completion.strip().removesuffix(".").strip() or None
 
 
 class VerifiedQA:
@@ -94,7 +107,8 @@ class VerifiedQA:
         """`(reward, why it is invalid or None)` of a completion answering item `index`."""
         answer = self.extract(completion)
         if answer is None:
-            return 0.0, "no <answer>...</answer> in the completion"
+            why = "no <answer>...</answer> in the completion" if self.extract is tag_answer else "no answer"
+            return 0.0, why
         raw, error = self._score(answer, index)
         if error is not None:
             return 0.0, f"the scorer raised {error} on this answer"
@@ -102,9 +116,12 @@ class VerifiedQA:
         return (max(0.0, (raw - floor) / (1.0 - floor)) if floor < 1.0 else 0.0), None
 
     def floor(self, index: int) -> float:
-        """The most item `index`'s scorer pays any of `GARBAGE` or an answer its question shows (cached)."""
+        """The most item `index`'s scorer pays any of `GARBAGE`, an answer its question shows, or the answer
+        read from the question or the prompt copied back (cached)."""
         if index not in self._floors:
-            shown = _TAG.findall(self.question_of(index))
+            question = self.question_of(index)
+            copied = (self.extract(text) for text in (question, f"{question}\n\n{self.answer_format}"))
+            shown = [*_TAG.findall(question), *(a for a in copied if a is not None)]
             self._floors[index] = max(self._score(g.strip(), index)[0] for g in (*GARBAGE, *shown))
         return self._floors[index]
 
