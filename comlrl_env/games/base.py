@@ -44,6 +44,12 @@ raises.
 A game without a finite utility range needs `invalid_action="random"` and an explicit
 `invalid_action_penalty`.
 
+**Free-text seats.** A game that lists no legal actions (TextArena's) says so per seat with
+`free_text(agent)`: the prompt then asks for the move in the game's own format, and the answer text is the
+move, which the game judges (`play_text`). Empty text, a non-`str` and an answer that restates the seat's
+observation are invalid before the game sees them. Each invalid answer goes to `reject_text(agent, reason)`,
+which says whether it forfeits (always under "forfeit"; a game env may give a retry first).
+
 **Reward.** A step's reward is the change of the game's returns over the step (`apply_moves` returns
 them), so an episode played to the end adds up to the game's returns (before penalties), and one that
 ends by forfeit to the forfeit returns.
@@ -219,7 +225,9 @@ class TextGameEnv(TextParallelEnv):
         observations = {}
         for agent in self.agents:
             lines = [self.seat_header(agent), "", self.seat_view(agent).rstrip() or "(nothing to see yet)", ""]
-            if agent in movers:
+            if agent in movers and self.free_text(agent):
+                lines += [f"{self.free_text_rule(agent)} {self._cost_text()}", "Your move:"]
+            elif agent in movers:
                 legal = self.legal_actions(agent)
                 listed = [f"{i}. {text}" for i, text in enumerate(legal, 1)] if self.numbered_actions else legal
                 rule = answer_rule(legal, self.numbered_actions)
@@ -237,6 +245,8 @@ class TextGameEnv(TextParallelEnv):
         return f"An invalid answer plays a random legal action for you and costs you {self.invalid_action_penalty:g}."
 
     def score(self, actions: dict[AgentID, str]) -> tuple[dict[AgentID, float], bool]:
+        if any(self.free_text(agent) for agent in self.to_move()):
+            return self._score_free_text(actions)
         moves: dict[AgentID, int] = {}
         offenders: list[AgentID] = []
         for agent in self.to_move():
@@ -262,6 +272,49 @@ class TextGameEnv(TextParallelEnv):
         if offenders and self.invalid_action == "forfeit":
             return self._forfeit(offenders), True
         returns, terminated = self.apply_moves(moves)
+        return self._pay(returns), terminated
+
+    # ----- free-text seats ------------------------------------------------------------------
+
+    def free_text(self, agent: AgentID) -> bool:
+        """True when `agent`'s answer is itself its move, judged by the game (`play_text`); False (the default)
+        when it names one of `legal_actions(agent)`."""
+        return False
+
+    def free_text_rule(self, agent: AgentID) -> str:
+        """What the prompt of a free-text seat asks for, before what an invalid answer costs."""
+        return "Answer with your move in the form the rules ask for; the game judges it."
+
+    def play_text(self, agent: AgentID, text: str) -> tuple[list[float], bool, str | None]:
+        """Play `text` as a free-text seat's move; return each player's return so far, whether the game is over,
+        and why the game judged the move invalid (None when it took it)."""
+        raise NotImplementedError(f"{type(self).__name__} has free-text seats but does not implement play_text.")
+
+    def reject_text(self, agent: AgentID, reason: str) -> bool:
+        """Take note of an invalid free-text answer of `agent` and say whether it forfeits the game: always under
+        "forfeit" (a game env with another mode, such as a retry, overrides it)."""
+        return self.invalid_action == "forfeit"
+
+    def _score_free_text(self, actions: dict[AgentID, str]) -> tuple[dict[AgentID, float], bool]:
+        """Free-text seats: each mover's answer is played as it is, unless it is invalid on its face (empty, not
+        a `str`, a restated observation); the game judges the rest."""
+        returns, terminated, offenders = list(self.task["paid"]), False, []  # offenders: those who forfeit
+        for agent in self.to_move():
+            self.task["decisions"][agent].append(self.turn)
+            text = actions.get(agent, "")
+            reason = self._step_infos.get(agent, {}).get("invalid_action")  # not a str: flagged when cleaned
+            if reason is None and not text.strip():
+                reason = "empty answer"
+            elif reason is None and len(text) > 40 and self.is_echo(text, agent):
+                reason = "it restates the observation"
+            if reason is None:
+                returns, terminated, reason = self.play_text(agent, text)
+            if reason is not None:
+                self.flag_invalid(agent, f"{text[:80]!r}: {reason}")
+                if self.reject_text(agent, reason):
+                    offenders.append(agent)
+        if offenders:
+            return self._forfeit(offenders), True
         return self._pay(returns), terminated
 
     def _info(self, agent: AgentID) -> dict[str, Any]:

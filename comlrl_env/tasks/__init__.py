@@ -54,6 +54,7 @@ for _dataset in REASONING_SUITE:
 # OpenSpiel games (comlrl_env/games/openspiel.py; needs `pip install 'comlrl-env[games]'`, imported on first use).
 # Any `openspiel/<game>-v0` resolves on demand; the `games` suite's ids are registered with small defaults.
 register_namespace("openspiel", "comlrl_env.games.openspiel:game_spec")
+register_namespace("textarena", "comlrl_env.games.textarena:game_spec")  # `pip install 'comlrl-env[textarena]'`
 OPENSPIEL_GAMES: dict[str, dict[str, object]] = {
     "tiny_hanabi": {},
     "hanabi": {"players": 2, "colors": 2, "ranks": 2, "hand_size": 2, "max_information_tokens": 3,

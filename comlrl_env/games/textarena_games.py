@@ -1,0 +1,119 @@
+"""Which TextArena games `make("textarena/<Game>-v0")` builds: `ALLOWED` (each game's player counts and
+settings) and `REFUSED` (each game's reason), and `game_spec`, the registry's resolver for the namespace.
+
+The allowlist is the games that play to the end offline with TextArena 0.7.4 on Python 3.10-3.11: every one
+finishes within its `num_turns` when bots play every seat (tests/test_textarena.py plays them all). This
+module imports neither textarena nor the env, so an id is refused or resolved without the package.
+"""
+
+from __future__ import annotations
+
+import difflib
+from typing import Any
+
+from comlrl_env.registry import ID_PATTERN, EnvNotFound, EnvSpec
+
+__all__ = ["ALLOWED", "REFUSED", "game_spec"]
+
+
+def _game(players: tuple[int, ...], num_turns: int, **settings: Any) -> dict[str, Any]:
+    return {"players": players, "num_turns": num_turns, "settings": settings}
+
+
+ALLOWED: dict[str, dict[str, Any]] = {
+    # two players
+    "Alquerque": _game((2,), 130),
+    "Battleship": _game((2,), 110),
+    "Breakthrough": _game((2,), 500),
+    "Briscola": _game((2,), 90),
+    "Chopsticks": _game((2,), 90),
+    "ColonelBlotto": _game((2,), 40),
+    "ConnectFour": _game((2,), 90),
+    "Crusade": _game((2,), 90),
+    "GameOfPureStrategy": _game((2,), 60),
+    "GermanWhist": _game((2,), 110),
+    "Golf": _game((2,), 300),
+    "HighSociety": _game((2,), 200),
+    "IndianPoker": _game((2,), 200),
+    "IteratedMatchingPennies": _game((2,), 50),
+    "IteratedPrisonersDilemma": _game((2,), 90),
+    "IteratedRockPaperScissors": _game((2,), 40),
+    "IteratedTwoThirdsAverage": _game((2,), 50),
+    "IteratedUltimatumGame": _game((2,), 30),
+    "KuhnPoker": _game((2,), 20),
+    "LinesOfAction": _game((2,), 300),
+    "MemoryGame": _game((2,), 70),
+    "NewRecruit": _game((2,), 30),
+    "Nim": _game((2,), 30),
+    "Othello": _game((2,), 140),
+    "PigDice": _game((2,), 210),
+    "QuantumTicTacToe": _game((2,), 60),
+    "SimpleBlindAuction": _game((2,), 20),
+    "SimpleNegotiation": _game((2,), 30),
+    "SimpleTak": _game((2,), 40),
+    "Tak": _game((2,), 300),
+    "TicTacToe": _game((2,), 20),
+    "TruthAndDeception": _game((2,), 20),
+    "TwoDollar": _game((2,), 50),
+    "UltimateTicTacToe": _game((2,), 170),
+    "WildTicTacToe": _game((2,), 20),
+    # two or more players
+    "LiarsDice": _game((2, 3, 4), 300),
+    "Snake": _game((2, 3, 4), 90),
+    "Surround": _game((2, 3, 4), 90),
+    # more players
+    "SecretMafia": _game((6, 7, 8), 300),
+    "Taboo": _game((4, 6), 100),
+    "ThreePlayerTicTacToe": _game((3,), 60),
+    "ThreePlayerGOPS": _game((3,), 90),
+    "ThreePlayerIPD": _game((3,), 70),
+    "SettlersOfCatan": _game((4,), 410),
+}
+"""Game -> `players` (the player counts it is checked with; the first is the default), `num_turns` (a step cap
+above the longest game seen, retries included) and `settings` (TextArena keyword arguments given by default;
+`make(..., **kwargs)` overrides them)."""
+
+_NLTK = "needs nltk word lists (nltk.download), which this package never fetches"
+_JUDGE = "needs an LLM judge through OpenRouter (an API key and network) when it is built"
+_PY312 = "uses Python 3.12 f-string syntax (a SyntaxError on import under Python 3.10-3.11)"
+_UNREGISTERED = "has a folder in TextArena 0.7.4 but no registered id"
+
+REFUSED: dict[str, str] = {
+    **dict.fromkeys(["Codenames", "DontSayIt", "Hangman", "LetterAuction", "SpellingBee", "WordChains", "WordLadder",
+                     "WordSearch", "Wordle"], _NLTK),
+    **dict.fromkeys(["Debate", "GuessWho", "ScenarioPlanning", "TwentyQuestions"], _JUDGE),
+    **dict.fromkeys(["Chess", "Checkers", "ReverseTicTacToe", "IteratedStagHunt", "UltimateTexasHoldem"], _PY312),
+    "Klondike": "broken upstream: fails to import under Python 3.11 and 3.12",
+    "ScorableGames": "broken upstream: its game data files are missing from the package",
+    "UsedCarNegotiation": "broken upstream: its data files are missing from the package",
+    "BabyAiText": "broken upstream: imports a module missing from the package",
+    "UsedCar": "broken upstream: imports a module missing from the package",
+    "CharacterConclave": "broken upstream: raises a TypeError when played",
+    **dict.fromkeys(["Hanabi", "LeducHoldem", "Diplomacy", "TwoRoomsAndABoom"], _UNREGISTERED),
+    "Poker": "does not finish: under its own rules 400 steps of play end no game (an invalid move never does)",
+    "SantoriniBaseFixed": "does not finish: under its own rules 400 steps of play end no game",
+    "SpiteAndMalice": "does not finish: with bots in both seats 17 of 20 games ran past 2,000 steps",
+    "Stratego": "broken upstream: its win check raises a TypeError in the middle of some games (bot games run "
+                "1,356 steps at the median)",
+}
+"""Game -> why `make("textarena/<Game>-v0")` refuses it (it raises `EnvNotFound` with this reason)."""
+
+
+def game_spec(id: str) -> EnvSpec:
+    """The spec of a `textarena/<Game>-v0` id (the registry's resolver for the namespace): an allowlisted game,
+    else `EnvNotFound` with the reason it is refused or the closest allowlisted names."""
+    match = ID_PATTERN.match(id)
+    if match is None or match["namespace"] != "textarena":
+        raise EnvNotFound(f"{id!r} is not a TextArena id; they look like 'textarena/KuhnPoker-v0'.")
+    name = match["name"]
+    if match["version"] != "0":
+        raise EnvNotFound(f"TextArena ids have version 0 only, got {id!r}; use 'textarena/{name}-v0'.")
+    if name in REFUSED:
+        raise EnvNotFound(f"TextArena game {name!r} is refused ({REFUSED[name]}). "
+                          f"comlrl_env.games.textarena.ALLOWED lists the games that play.")
+    if name not in ALLOWED:
+        close = difflib.get_close_matches(name, list(ALLOWED), n=5, cutoff=0.5)
+        hint = f" Did you mean: {', '.join(close)}?" if close else ""
+        raise EnvNotFound(f"No allowlisted TextArena game named {name!r}.{hint} "
+                          f"comlrl_env.games.textarena.ALLOWED lists them: {', '.join(sorted(ALLOWED))}.")
+    return EnvSpec(id, "comlrl_env.games.textarena:TextArenaEnv", {"game": name})
