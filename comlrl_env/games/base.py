@@ -83,7 +83,8 @@ class TextGameEnv(TextParallelEnv):
 
     A subclass loads its game, then calls this constructor, and writes the game's side: `start_game`,
     `players_to_move`, `legal_actions`, `seat_header`, `seat_view`, `apply_moves`, `utility_range`,
-    `utility_sum` and `game_title`. Agent `agent_i` is player i.
+    `utility_sum` and `game_title`; a game whose answers are free text also `free_text` and `play_text`
+    (module docstring). Agent `agent_i` is player i.
 
     Args:
         num_players: The number of seats, one agent each.

@@ -173,7 +173,7 @@ class TextArenaEnv(TextGameEnv):
         self._probe()
         super().__init__(
             num_players=self.num_players,
-            num_turns=entry["num_turns"] if num_turns is None else num_turns,
+            num_turns=self._default_turns(entry["num_turns"], invalid_action) if num_turns is None else num_turns,
             invalid_action=invalid_action,
             invalid_action_penalty=None,
             numbered_actions=False,
@@ -184,6 +184,11 @@ class TextArenaEnv(TextGameEnv):
         structure = "competitive" if self.num_players == 2 else "general"
         self.metadata = {**type(self).metadata, "name": f"textarena/{game}-v0", "reward_structure": structure}
         self._judged: AgentID | None = None  # set by play_text when the game flagged the move (for reject_text)
+
+    @staticmethod
+    def _default_turns(moves: int, invalid_action: str) -> int:
+        """The step cap: the game's most moves, twice that with a retry per move."""
+        return 2 * moves if invalid_action == "retry" else moves
 
     def _checked_players(self, num_players: Any, allowed: tuple[int, ...]) -> int:
         if num_players is None:
@@ -198,8 +203,8 @@ class TextArenaEnv(TextGameEnv):
         inside the first episode, where its import could draw from the episode's generator)."""
         try:
             with _own_rng(_seeded(0)):
-                _textarena().make(f"{self.game_name}-v0-raw", **self.game_kwargs).reset(num_players=self.num_players,
-                                                                                   seed=0)
+                game = _textarena().make(f"{self.game_name}-v0-raw", **self.game_kwargs)
+                game.reset(num_players=self.num_players, seed=0)
         except Exception as exc:
             raise ValueError(f"TextArena could not build {self.game_name!r} for {self.num_players} players with "
                              f"settings {self.game_kwargs}: {type(exc).__name__}: {exc}") from exc
@@ -290,9 +295,9 @@ class TextArenaEnv(TextGameEnv):
 
     def seat_view(self, agent: AgentID) -> str:
         """The rules and the most recent messages that fit the observation length (module docstring)."""
-        messages = [f"[{sender}] {text}" for sender, _, text in self.seat_messages(agent)]
-        kinds = [kind for _, kind, _ in self.seat_messages(agent)]
-        opening = [i for i, kind in enumerate(kinds) if kind == "PROMPT"] or ([0] if messages else [])
+        seen = self.seat_messages(agent)
+        messages = [f"[{sender}] {text}" for sender, _, text in seen]
+        opening = [i for i, (_, kind, _) in enumerate(seen) if kind == "PROMPT"] or ([0] if seen else [])
         budget = self._observation_space.max_length - len(self.seat_header(agent)) - _RESERVE
         rules = "\n".join(messages[i] for i in opening)[: max(budget // 2, 0)]
         budget -= len(rules)
