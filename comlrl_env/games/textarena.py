@@ -52,8 +52,8 @@ game.
 **Reward.** Games pay at the end (`close()`); a step's reward is the change of returns, so an episode adds up
 to the game's rewards, or to the forfeit's. `utility_range()` is (-1, 1) for every allowlisted game.
 
-**Termination.** When the game is done or a seat forfeits; `num_turns` (per game in `ALLOWED`) caps the
-steps and truncates with nothing paid.
+**Termination.** When the game is done or a seat forfeits; `num_turns` (the game's most moves, in
+`ALLOWED`; twice that under "retry") caps the steps and truncates with nothing paid.
 
 **State.** `env.game` is the live TextArena env of the episode; `clone()` deep-copies it with its generator
 states, so a clone plays on independently. `env.seat_messages(agent)` lists a seat's whole view.

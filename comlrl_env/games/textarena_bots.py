@@ -7,9 +7,10 @@ view lists.
 TextArena lists no legal actions: a move is free text that the game judges. Many games print their moves in
 the seat's view (`Available Moves: '[0]', '[4]'`, `Your remaining hand: '[A]' '[2]'`, `Valid: [1], [3]`); others
 only give a format with an example (`'[A4 B2 C2]'`). The bot plays a uniformly random one of the moves the
-view lists (`listed_moves`), drawn from its own seeded generator, so it plays legally where the game lists
-its moves and often loses by an invalid move where it only gives a format. `LEGAL_SHARES` gives, per game,
-the share of its moves that the game took.
+view lists (`listed_moves`), with a format's placeholders filled (`[play X]` -> `[play 2]`,
+`fill_placeholders`), drawn from its own seeded generator. So it plays legally where the game lists its moves
+and often loses by an invalid move where it only gives a format; `LEGAL_SHARES` gives, per game, the share of
+its moves that were valid.
 """
 
 from __future__ import annotations
@@ -95,7 +96,7 @@ def listed_moves(messages: Sequence[Message]) -> list[str]:
 
 class TextArenaBot(FixedPolicy):
     """A scripted player for TextArena seats: "random" plays a uniformly random move of those the seat's view
-    lists (`listed_moves`), or `fallback` when it lists none.
+    lists (`listed_moves`, placeholders filled by `fill_placeholders`), or `fallback` when it lists none.
 
     Args:
         kind: "random".
