@@ -39,7 +39,7 @@ test-torchrun: $(STAMP)
 # Every dataset of the external suites (reasoning-gym) through check_env and check_task; the default suite
 # checks a sample. About a minute on 2 cores.
 test-suites: $(STAMP)
-	$(BIN)/python -m pytest -q -m 'suites and not slow' tests/test_reasoning_gym.py
+	$(BIN)/python -m pytest -q -m 'suites and not slow' tests/test_reasoning_gym.py tests/test_textarena.py
 
 test-slow: $(STAMP)
 	$(BIN)/python -m pytest -q -m slow
