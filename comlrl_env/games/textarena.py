@@ -37,7 +37,10 @@ observation, names two or more of the moves the seat's view lists (`listed_moves
 invalid (its `error_count` rises, its admin message says so, or its `game_info[pid]["invalid_move"]` is set).
 `invalid_action="forfeit"` (the default) ends the episode: the offender's return becomes -1, the other seat
 of a two-player game gets +1, and in a game of more players the others keep what they were paid (0: games
-pay at the end). `invalid_action="retry"` gives one retry per move (TextArena's own `error_allowance=1`: the
+pay at the end). In a team game (SecretMafia, Taboo) a forfeit is its faction's loss: every seat of the
+offender's team gets -1 and every other seat +1, as the game pays a lost and a won game, so a team never
+gains by a teammate's invalid answer (with the offender alone at -1, a losing team's two seats got -1 and 0
+rather than -1 and -1). `invalid_action="retry"` gives one retry per move (TextArena's own `error_allowance=1`: the
 seat reads why and moves again), and a second invalid answer in a row forfeits as above. Some games flag
 nothing: IteratedPrisonersDilemma and ThreePlayerIPD read any text without `[Defect]` as cooperating; in
 Snake and Surround an unreadable move kills the player's snake. A game that raises on an answer ends the
@@ -356,11 +359,26 @@ class TextArenaEnv(TextGameEnv):
             self.task["views"][self.player(agent)].append(("GAME", "GAME_ADMIN", note))
         return False
 
+    def _team_game(self) -> bool:
+        """True when a team of this episode has two seats or more (SecretMafia, Taboo)."""
+        return any(len(team) > 1 for team in (self.task or {}).get("teams") or [])
+
     def _cost_text(self) -> str:
+        whose = "your team's" if self._team_game() else "your"
         if self.invalid_action == "retry":
             return ("An invalid answer gets one retry; a second invalid answer in a row forfeits the game: "
-                    f"your return becomes {self.utility_range()[0]:g}.")
-        return super()._cost_text()
+                    f"{whose} return becomes {self.utility_range()[0]:g}.")
+        return f"An invalid answer forfeits the game: {whose} return becomes {self.utility_range()[0]:g}."
+
+    def _forfeit(self, offenders: list[AgentID]) -> dict[AgentID, float]:
+        """The base's forfeit (the offenders at -1, their `forfeit` infos); in a team game, then the faction's loss:
+        the offenders' teammates -1 and every other seat +1, what the game pays a lost and a won game."""
+        rewards = super()._forfeit(offenders)
+        if not self._team_game():
+            return rewards
+        losing = {a for team in self.task["teams"] if set(team) & set(offenders) for a in team}
+        more = self._pay([-1.0 if a in losing else 1.0 for a in self.possible_agents])
+        return {a: rewards[a] + more.get(a, 0.0) for a in rewards}
 
     def apply_moves(self, moves: dict[AgentID, int]) -> tuple[list[float], bool]:
         raise TypeError("TextArena moves are free text, played by play_text; there are no legal-action indices.")
