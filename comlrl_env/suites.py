@@ -1,4 +1,4 @@
-"""Named lists of registered env ids, for running one method over a family of tasks.
+"""Named lists of env ids, for running one method over a family of tasks.
 
     from comlrl_env import make
     from comlrl_env.suites import suites
@@ -23,6 +23,16 @@
   general-sum negotiation (bargaining, negotiation) and competitive (kuhn_poker,
   leduc_poker, tic_tac_toe, liars_dice, goofspiel); sequential and
   simultaneous-move, with and without chance. See `comlrl_env.games.openspiel`.
+- `textarena`: seven two-player TextArena games (needs `pip install 'comlrl-env[textarena]'`; ids
+  resolved by the `textarena` namespace): cards with hidden information (KuhnPoker), boards
+  (TicTacToe, ConnectFour, Othello), a repeated social dilemma with talk (IteratedPrisonersDilemma),
+  trading by talk and offers (SimpleNegotiation) and deception in conversation (TruthAndDeception).
+  Chosen because the random bot (the league's anchor) plays legally in them, so its games end by the
+  rules rather than by its forfeits: its share of valid moves is 1.0 in six and 0.91 in ConnectFour
+  (`comlrl_env.games.textarena_bots.LEGAL_SHARES`), where Nim's 0.38 or ColonelBlotto's 0.0 would
+  rate mostly the bot's invalid answers; and because they are cheap: the env spends under 1 ms per
+  move in each (reset, step and every seat's prompt; benchmarks/textarena_cost.py). See
+  `comlrl_env.games.textarena`.
 """
 
 from __future__ import annotations
@@ -55,6 +65,9 @@ suites: dict[str, list[str]] = {
         "openspiel/liars_dice-v0",
         "openspiel/goofspiel-v0",
     ],
+    "textarena": [f"textarena/{game}-v0" for game in ("KuhnPoker", "TicTacToe", "ConnectFour", "Othello",
+                                                      "IteratedPrisonersDilemma", "SimpleNegotiation",
+                                                      "TruthAndDeception")],
 }
-"""Suite name -> its registered env ids, e.g. `[make(i) for i in suites["smoke"]]`; the module docstring
-describes each suite."""
+"""Suite name -> its env ids (registered, or resolved by a namespace such as `textarena/`), e.g.
+`[make(i) for i in suites["smoke"]]`; the module docstring describes each suite."""
