@@ -1,10 +1,12 @@
 """TextArena team games with mixed teams: the game pays a faction, a forfeit costs the whole faction, MAGRPO trains
-one Taboo faction while a frozen model and the random bot hold the other, and one model plays both seats of
-TicTacToe (self-play) as it does in OpenSpiel games."""
+one Taboo faction while a frozen model and the random bot hold the other (and the guide's block that sets it up
+runs as written), and one model plays both seats of TicTacToe (self-play) as it does in OpenSpiel games."""
 
 from __future__ import annotations
 
 import json
+import pathlib
+import re
 from typing import Any, Sequence
 
 import pytest
@@ -20,6 +22,7 @@ from comlrl_env.games.textarena import TextArenaBot, TextArenaEnv  # noqa: E402
 from comlrl_env.policies import FixedPolicy  # noqa: E402
 from learners import MAGRPO, Frozen, MAGRPOConfig  # noqa: E402
 
+ROOT = pathlib.Path(__file__).resolve().parent.parent
 SHORT_TABOO = {"num_players": 4, "max_rounds": 2, "max_attempts_per_player": 1}
 """Taboo in 4 moves: team 0's clue giver and guesser, then team 1's (one attempt each, one round per team)."""
 
@@ -119,6 +122,17 @@ def test_magrpo_trains_one_taboo_faction_against_a_frozen_model_and_the_bot(tiny
     manifest = json.loads((tmp_path / "out" / "comlrl_env.json").read_text())
     assert manifest["trained_seats"] == faction and sorted(manifest["fixed_seats"]) == others
     assert sorted(p.name for p in (tmp_path / "out").iterdir()) == [*faction, "comlrl_env.json"]
+
+
+def test_the_guide_block_freezes_a_faction_as_written(tiny_dir, tiny_dir_b):
+    text = (ROOT / "docs" / "guide" / "games.md").read_text(encoding="utf-8")
+    (block,) = re.findall(r"^<!-- run by tests/test_textarena_teams\.py[^\n]*-->\n```python\n(.*?)^```", text,
+                          re.M | re.S)
+    namespace = {"model_dir": tiny_dir, "other_dir": tiny_dir_b}
+    exec(compile(block, "docs/guide/games.md", "exec"), namespace)
+    learner = namespace["learner"]
+    assert [learner.seat_name(a) for a in range(learner.num_agents)] == namespace["trained"] == ["agent_0", "agent_1"]
+    assert [type(learner.fixed[s]).__name__ for s in (2, 3)] == ["Frozen", "TextArenaBot"]
 
 
 # ----- self-play on a two-player game -----------------------------------------------------------------
