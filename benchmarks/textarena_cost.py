@@ -87,8 +87,9 @@ def main() -> None:
         json.dump(result, f, indent=1)
     lines = [f"training: {train_per_completion:.3f} s per completion (MAGRPO, SmolLM2-135M, LoRA; "
              f"{os.path.relpath(TRAINING_UNIT, HERE)})",
-             f"median of {args.repeats} runs of {args.episodes} random-bot episodes (reset seeds 0-{args.episodes - 1}), "
-             f"textarena {textarena.__version__}; reset and clone spread over each episode's moves",
+             f"median of {args.repeats} runs of {args.episodes} random-bot episodes (reset seeds "
+             f"0-{args.episodes - 1}), textarena {textarena.__version__}; reset and clone spread over each "
+             "episode's moves",
              "| game | moves/episode | reset ms/move | clone ms/move | step ms/move | prompts ms/move | env ms/move | "
              "share of training |", "|---|---|---|---|---|---|---|---|"]
     lines += [f"| {r['game']} | {r['moves_per_episode']:.1f} | {r['reset_ms_per_move']:.3f} | "

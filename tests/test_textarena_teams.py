@@ -40,7 +40,8 @@ def play(env: TextArenaEnv, seed: int, policies: dict[AgentID, Any]) -> tuple[di
     env.reset(seed=seed)
     returns, infos = dict.fromkeys(env.possible_agents, 0.0), {}
     while env.agents:
-        actions = {a: p if isinstance(p, str) else p.act([env], a)[0] for a, p in policies.items() if a in env.to_move()}
+        movers = [a for a in policies if a in env.to_move()]
+        actions = {a: policies[a] if isinstance(policies[a], str) else policies[a].act([env], a)[0] for a in movers}
         _, rewards, _, _, infos = env.step(actions)
         for agent, reward in rewards.items():
             returns[agent] += reward
@@ -95,9 +96,9 @@ def config(**changes: Any) -> MAGRPOConfig:
 def test_magrpo_trains_one_taboo_faction_against_a_frozen_model_and_the_bot(tiny_dir, tiny_dir_b, tmp_path):
     """Team 0 trains (two tiny models); team 1 is a frozen model (clue giver) and the random bot (guesser).
 
-    A random tiny model almost never writes a bracketed guess, so every episode would forfeit at team 0's
-    guesser, every return would be -1 and nothing would train; a bias toward `[` and `]` makes about half its
-    guesses well formed, and those episodes end in a draw (0)."""
+    A random tiny model almost never writes a bracketed guess (1 episode of 64 without help), so nearly every
+    episode forfeits at team 0's guesser, every return is -1 and the advantages are 0; a bias of 8 toward `[` and
+    `]` makes about half the guesses well formed (36 episodes of 64), and those episodes end in a draw (0)."""
     env = make("textarena/Taboo-v0", max_observation_length=2048, **SHORT_TABOO)
     env.reset(seed=0)
     faction, others = env.teams
@@ -105,7 +106,7 @@ def test_magrpo_trains_one_taboo_faction_against_a_frozen_model_and_the_bot(tiny
     fixed = dict(zip(others, (frozen, bot)))
     tok = AutoTokenizer.from_pretrained(tiny_dir)
     learner = MAGRPO(env=env, agents=[fixed.get(a, tiny_dir) for a in env.possible_agents],
-                     args=config(generation_kwargs={"sequence_bias": bracket_bias(tok, "[]", 5.0)}))
+                     args=config(generation_kwargs={"sequence_bias": bracket_bias(tok, "[]", 8.0)}))
     assert [learner.seat_name(a) for a in range(learner.num_agents)] == faction and learner.num_seats == 4
     before = [[p.detach().clone() for p in model.parameters()] for model in learner.agents]
     learner.learn()
