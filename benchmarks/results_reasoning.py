@@ -219,12 +219,21 @@ def episodes_of(unit: dict[str, Any]) -> list[dict[str, Any]]:
     return coop_report.episode_rows({"episodes": {"sampled": rows}})
 
 
+def scored_texts(row: dict[str, Any], protocol: str) -> list[str]:
+    """The texts of an episode whose answers are scored: every agent's in `independent` and the last round
+    of `debate`, the finalizer's in `proposer_finalizer`."""
+    if protocol == "proposer_finalizer":
+        return [row["sent"]["agent_1"][-1]]
+    return [texts[-1] for texts in row["sent"].values()]
+
+
 def report(units: dict[str, dict[str, Any]]) -> str:
     """The table (one row per family and condition: the mean over seeds with its t-interval, the seed means,
     the budget and wall time) and the finalizers' actions, as markdown."""
     lines = ["| family | condition | seeds | held-out reward (95% CI over seeds) | per seed | completions | "
-             "train + eval (min, per seed) |", "|---|---|---|---|---|---|---|"]
+             "train + eval (min, per seed) | most common scored answer |", "|---|---|---|---|---|---|---|---|"]
     actions: dict[str, dict[str, int]] = {}
+    references: dict[str, dict[str, int]] = {}
     for family in FAMILIES:
         for cond in CONDITIONS:
             got = [units[k] for k in (stage_key(family, s, cond) for s in cond.seeds) if k in units]
@@ -238,13 +247,28 @@ def report(units: dict[str, dict[str, Any]]) -> str:
                 cell = f"{means[0]:.3f} (one seed)"
             budget = got[0]["settings"]["budget"] if cond.trained else 0
             minutes = " / ".join(f"{(u['seconds_train'] + u['seconds_eval']) / 60:.1f}" for u in got)
+            answers: dict[str, int] = {}
+            for u in got:
+                for row in episodes_of(u):
+                    for text in scored_texts(row, cond.protocol):
+                        key = " ".join(text.strip().removesuffix(".").split())[:30] or "(empty)"
+                        answers[key] = answers.get(key, 0) + 1
+                    if not cond.trained and cond.protocol == "independent":
+                        ref = str(row["reference"])
+                        references.setdefault(family, {})[ref] = references.get(family, {}).get(ref, 0) + 1
+            top = max(answers, key=answers.get)
             lines.append(f"| {family} | {cond.name} | {','.join(str(u['seed']) for u in got)} | {cell} | "
-                         f"{' / '.join(f'{m:.2f}' for m in means)} | {budget} | {minutes} |")
+                         f"{' / '.join(f'{m:.2f}' for m in means)} | {budget} | {minutes} | "
+                         f"`{top}` ({answers[top] / sum(answers.values()):.0%}) |")
             if cond.protocol == "proposer_finalizer":
                 counts = actions.setdefault(f"{family} {cond.name}", {})
                 for u in got:
                     for row in episodes_of(u):
                         counts[row["finalizer_action"]] = counts.get(row["finalizer_action"], 0) + 1
+    lines += ["", "What one constant answer would score on the same held-out items (the untrained independent "
+              "rows' episodes): " + "; ".join(
+                  f"{family}: " + ", ".join(f"`{ref}` {n / sum(refs.values()):.2f}" for ref, n in sorted(refs.items()))
+                  for family, refs in references.items()) + "."]
     lines += ["", "What the finalizer did with the proposal, over every stored evaluation episode:", "",
               "| family, condition | copied | corrected | spoiled | changed (same score) | episodes |",
               "|---|---|---|---|---|---|"]
