@@ -54,7 +54,8 @@ __all__ = ["build_parser", "main"]
 def build_parser() -> argparse.ArgumentParser:
     """The `comlrl-bench` argument parser (docs/cli.md is generated from it)."""
     parser = argparse.ArgumentParser(prog="comlrl-bench", description=__doc__.splitlines()[0])
-    parser.add_argument("--suite", choices=sorted(suites), help="a suite of registered envs to play")
+    parser.add_argument("--suite", choices=sorted(suites), metavar="SUITE",
+                        help="a suite of envs to play")
     parser.add_argument("--env", action="append", default=[], help="a registered id or module:Class (repeatable)")
     parser.add_argument("--agents", action="append", nargs="+", default=[], metavar="[NAME=]DIR",
                         help="one team per use: a save_model output dir or its agent dirs")
