@@ -55,6 +55,7 @@ from comlrl_env.intervals import t_quantile  # noqa: E402
 from learners import MAGRPO, MAGRPOConfig  # noqa: E402
 from learners.models.policy import AgentPolicy  # noqa: E402
 from results import EVAL_SEED, LORA, SAMPLING, fit, curve, replace_block, smollm2, write_json  # noqa: E402
+from results_coop import selected  # noqa: E402  (--only: the same rule over the parts of a stage key)
 
 FAMILIES = {"course_schedule": {}, "syllogism": {}}  # reasoning-gym dataset: its config (defaults)
 SEEDS = (0, 1, 2)
@@ -303,10 +304,6 @@ def parse(argv: list[str]) -> argparse.Namespace:
         args.docs = False  # toy numbers never replace the published section
     args.units = args.units or (os.path.join(args.out, "units") if args.smoke else UNITS)
     return args
-
-
-def selected(key: str, only: list[str] | None) -> bool:
-    return only is None or any(set(o.split("/")) <= set(key.split("/")) for o in only)
 
 
 def main(argv: list[str] | None = None) -> int:
