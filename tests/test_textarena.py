@@ -220,7 +220,49 @@ def test_retry_gives_one_retry_per_move():
     assert infos["agent_1"]["forfeit"]
 
 
-@pytest.mark.parametrize("mode", ["forfeit", "retry"])
+def test_random_plays_a_listed_move_for_an_invalid_answer_and_charges_the_utility_range():
+    env = make("textarena/TicTacToe-v0", invalid_action="random")
+    obs, _ = env.reset(seed=0)
+    assert env.num_turns == ALLOWED["TicTacToe"]["num_turns"] and "random one of the listed moves" in obs["agent_0"]
+    _, rewards, terminations, _, infos = env.step({"agent_0": "hmm"})  # the game judges it
+    played = infos["agent_0"]["action_played"]
+    assert played in [f"[{i}]" for i in range(9)] and rewards == {"agent_0": -2.0, "agent_1": 0.0}
+    assert not any(terminations.values()) and env.to_move() == ["agent_1"]  # the game went on
+    obs, rewards, *_ = env.step({"agent_1": ""})  # empty: invalid before the game sees it
+    assert rewards["agent_1"] == -2.0 and env.to_move() == ["agent_0"]
+    assert f"'{played}'" not in obs["agent_0"].split("Available Moves:")[-1]  # both squares are taken
+
+
+def test_random_fallbacks_replay_and_invalid_play_never_pays():
+    env = make("textarena/TicTacToe-v0", invalid_action="random")
+
+    def junk_game(seed):
+        env.reset(seed=seed)
+        returns, played = {"agent_0": 0.0, "agent_1": 0.0}, []
+        while env.agents:
+            (mover,) = env.to_move()
+            _, rewards, _, _, infos = env.step({mover: "junk"})
+            played.append(infos[mover]["action_played"])
+            for agent, reward in rewards.items():
+                returns[agent] += reward
+        return returns, played
+
+    first = [junk_game(seed) for seed in range(5)]
+    assert [junk_game(seed) for seed in range(5)] == first  # the fallback stream is the episode's
+    assert len({tuple(played) for _, played in first}) > 1  # and differs between seeds
+    for returns, played in first:  # every move was invalid: at best a win (+1) less 2 per invalid move
+        assert all(r <= 1.0 - 2.0 * (len(played) // 2) for r in returns.values()), (returns, played)
+
+
+def test_random_forfeits_when_the_listed_move_is_invalid_too():
+    env = make("textarena/ColonelBlotto-v0", invalid_action="random")  # its view lists a format, not moves
+    env.reset(seed=0)
+    _, rewards, terminations, _, infos = env.step({"agent_0": "junk"})
+    assert all(terminations.values()) and infos["agent_0"]["forfeit"]
+    assert rewards == {"agent_0": -3.0, "agent_1": 1.0}  # the forfeit's -1 and the invalid answer's 2
+
+
+@pytest.mark.parametrize("mode", ["forfeit", "retry", "random"])
 @pytest.mark.parametrize("game", ["TicTacToe", "KuhnPoker", "IteratedPrisonersDilemma", "SecretMafia", "Taboo"])
 def test_bad_model_text_never_raises(game, mode):
     env = make(f"textarena/{game}-v0", invalid_action=mode)

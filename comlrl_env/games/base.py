@@ -48,7 +48,8 @@ A game without a finite utility range needs `invalid_action="random"` and an exp
 `free_text(agent)`: the prompt then asks for the move in the game's own format, and the answer text is the
 move, which the game judges (`play_text`). Empty text, a non-`str` and an answer that restates the seat's
 observation are invalid before the game sees them. Each invalid answer goes to `reject_text(agent, reason)`,
-which says whether it forfeits (always under "forfeit"; a game env may give a retry first).
+which says whether it forfeits (always under "forfeit"; a game env may give a retry first, or play a
+move of its choosing instead, `fallback_text`, as TextArena's "random" mode does).
 
 **Reward.** A step's reward is the change of the game's returns over the step (`apply_moves` returns
 them), so an episode played to the end adds up to the game's returns (before penalties), and one that
@@ -296,6 +297,11 @@ class TextGameEnv(TextParallelEnv):
         "forfeit" (a game env with another mode, such as a retry, overrides it)."""
         return self.invalid_action == "forfeit"
 
+    def fallback_text(self, agent: AgentID) -> str | None:
+        """The move played for `agent` after an invalid free-text answer that does not forfeit (a game env's
+        "random" mode), or None (the default: the seat moves again, as under a retry)."""
+        return None
+
     def _score_free_text(self, actions: dict[AgentID, str]) -> tuple[dict[AgentID, float], bool]:
         """Free-text seats: each mover's answer is played as it is, unless it is invalid on its face (empty, not
         a `str`, a restated observation); the game judges the rest."""
@@ -314,6 +320,11 @@ class TextGameEnv(TextParallelEnv):
                 self.flag_invalid(agent, f"{text[:80]!r}: {reason}")
                 if self.reject_text(agent, reason):
                     offenders.append(agent)
+                elif (move := self.fallback_text(agent)) is not None:  # "random": a listed move instead
+                    self._step_infos.setdefault(agent, {})["action_played"] = move
+                    returns, terminated, failed = self.play_text(agent, move)
+                    if failed is not None:
+                        offenders.append(agent)
         if offenders:
             return self._forfeit(offenders), True
         return self._pay(returns), terminated

@@ -41,7 +41,10 @@ pay at the end). In a team game (SecretMafia, Taboo) a forfeit is its faction's 
 offender's team gets -1 and every other seat +1, as the game pays a lost and a won game, so a team never
 gains by a teammate's invalid answer (with the offender alone at -1, a losing team's two seats got -1 and 0
 rather than -1 and -1). `invalid_action="retry"` gives one retry per move (TextArena's own `error_allowance=1`: the
-seat reads why and moves again), and a second invalid answer in a row forfeits as above. Some games flag
+seat reads why and moves again), and a second invalid answer in a row forfeits as above.
+`invalid_action="random"` plays a random one of the moves the seat's view lists instead (`fallback_text`, from
+the episode's fallback stream) and charges the utility range, 2, as OpenSpiel's "random" does; where the view
+lists none, or the random move is invalid too, the seat forfeits. Some games flag
 nothing: IteratedPrisonersDilemma and ThreePlayerIPD read any text without `[Defect]` as cooperating; in
 Snake and Surround an unreadable move kills the player's snake. A game that raises on an answer ends the
 episode as a forfeit of that seat.
@@ -79,14 +82,14 @@ import numpy as np
 
 from comlrl_env.base import AgentID
 from comlrl_env.games.base import TextGameEnv
-from comlrl_env.games.textarena_bots import Message, TextArenaBot, listed_moves
+from comlrl_env.games.textarena_bots import Message, TextArenaBot, fill_placeholders, listed_moves
 from comlrl_env.games.textarena_games import ALLOWED, REFUSED, game_spec
 from comlrl_env.policies import FixedPolicy
 from comlrl_env.registry import EnvNotFound
 
 __all__ = ["ALLOWED", "INVALID_MOVE_MODES", "REFUSED", "TextArenaBot", "TextArenaEnv", "game_spec", "listed_moves"]
 
-INVALID_MOVE_MODES = ("forfeit", "retry")
+INVALID_MOVE_MODES = ("forfeit", "retry", "random")
 """What an invalid answer does in a TextArena game (`invalid_action=`; the module docstring says how each pays)."""
 
 _INSTALL = 'pip install "comlrl-env[textarena]"'
@@ -144,7 +147,7 @@ class TextArenaEnv(TextGameEnv):
     Args:
         game: The game's name as in `ALLOWED`, e.g. "KuhnPoker".
         num_players: Players (one agent each); None takes the game's first count in `ALLOWED`.
-        invalid_action: "forfeit" (default) or "retry": what an invalid answer does.
+        invalid_action: "forfeit" (default), "retry" or "random": what an invalid answer does.
         num_turns: Step cap; None takes the game's in `ALLOWED`.
         max_observation_length: Observations are at most this many characters (the view keeps the rules and
             the most recent messages that fit).
@@ -214,8 +217,10 @@ class TextArenaEnv(TextGameEnv):
 
     def _penalty(self, mode: str, penalty: float | None) -> float:
         if mode not in INVALID_MOVE_MODES:
-            raise ValueError(f"invalid_action must be one of {INVALID_MOVE_MODES} for TextArena games (which list "
-                             f"no legal moves to play a random one), got {mode!r}.")
+            raise ValueError(f"invalid_action must be one of {INVALID_MOVE_MODES} for TextArena games, got {mode!r}.")
+        if mode == "random":  # the utility range: a game with an invalid answer never beats one without
+            low, high = self.utility_range()
+            return high - low
         return 0.0  # the forfeit is the cost; a retry costs the retry
 
     # ----- the game's side of TextGameEnv ---------------------------------------------------
@@ -349,15 +354,27 @@ class TextArenaEnv(TextGameEnv):
 
     def reject_text(self, agent: AgentID, reason: str) -> bool:
         """Forfeit under "forfeit"; under "retry", the first invalid answer of a move gets a retry (with a note in
-        the seat's view when the game itself said nothing) and the second forfeits."""
+        the seat's view when the game itself said nothing) and the second forfeits; under "random", a random
+        listed move follows (`fallback_text`), or a forfeit when the view lists none or the game is over."""
         judged, self._judged = self._judged == agent, None
         self.task["strikes"][agent] += 1
         if self.invalid_action == "forfeit" or self.task["strikes"][agent] > 1 or self.task["broken"]:
             return True
+        if self.invalid_action == "random":
+            return self.task["game"].state.done or not listed_moves(self.seat_messages(agent))
         if not judged:
             note = f"Your answer was not a valid move ({reason}). Please resubmit a valid move."
             self.task["views"][self.player(agent)].append(("GAME", "GAME_ADMIN", note))
         return False
+
+    def fallback_text(self, agent: AgentID) -> str | None:
+        """Under "random": a random one of the moves the seat's view lists (placeholders filled), drawn from
+        the episode's fallback stream, so the game's own chance is untouched. The game judges it as any move:
+        where the view lists a format rather than the legal moves, it can be invalid too, and forfeits."""
+        if self.invalid_action != "random":
+            return None
+        moves, rng = listed_moves(self.seat_messages(agent)), self.task["fallback"]
+        return fill_placeholders(moves[int(rng.integers(len(moves)))], rng)
 
     def _team_game(self) -> bool:
         """True when a team of this episode has two seats or more (SecretMafia, Taboo)."""
@@ -368,6 +385,9 @@ class TextArenaEnv(TextGameEnv):
         if self.invalid_action == "retry":
             return ("An invalid answer gets one retry; a second invalid answer in a row forfeits the game: "
                     f"{whose} return becomes {self.utility_range()[0]:g}.")
+        if self.invalid_action == "random":
+            return (f"An invalid answer costs you {self.invalid_action_penalty:g} and a random one of the listed "
+                    "moves is played instead.")
         return f"An invalid answer forfeits the game: {whose} return becomes {self.utility_range()[0]:g}."
 
     def _forfeit(self, offenders: list[AgentID]) -> dict[AgentID, float]:
