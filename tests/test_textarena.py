@@ -78,8 +78,8 @@ def test_unknown_names_and_versions_say_what_exists():
         make("textarena/TicTacToe-v0", num_players=3)
     with pytest.raises(ValueError, match="could not build 'KuhnPoker'"):
         make("textarena/KuhnPoker-v0", no_such_setting=1)
-    with pytest.raises(ValueError, match="no legal moves to play a random one"):
-        make("textarena/TicTacToe-v0", invalid_action="random")
+    with pytest.raises(ValueError, match=r"one of \('forfeit', 'retry', 'random'\)"):
+        make("textarena/TicTacToe-v0", invalid_action="resign")
     assert not set(ALLOWED) & set(REFUSED)
 
 
