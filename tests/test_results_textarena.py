@@ -1,10 +1,12 @@
 """`make results-textarena` (`benchmarks/results_textarena.py`) at toy sizes on the tiny fixture model: each
 stage writes its own unit file holding every evaluation episode's moves in order, a rerun skips finished
-units, and seat 0's outcome is read as a user would read the game."""
+units, seat 0's outcome is read as a user would read the game, and the committed results page is what the
+committed unit files give."""
 
 from __future__ import annotations
 
 import json
+import re
 import sys
 from pathlib import Path
 
@@ -48,3 +50,13 @@ def test_seat_zeros_outcome_is_a_forfeit_before_it_is_a_loss():
     assert outcome({"agent_0": -1.0, "agent_1": 1.0}, []) == "loss"
     assert outcome({"agent_0": -1.0, "agent_1": 1.0}, ["agent_0"]) == "forfeit"
     assert outcome({"agent_0": 1.0, "agent_1": -1.0}, ["agent_1"]) == "win"  # the bot's forfeit is our win
+
+
+def test_the_results_page_is_what_the_committed_units_give():
+    units = results_textarena.load_units(results_textarena.UNITS)
+    assert units, f"no unit files under {results_textarena.UNITS}: the page's table has nothing behind it"
+    page = (ROOT / "docs" / "results.md").read_text()
+    block = re.search(r"<!-- results-textarena:begin -->\n(.*?)<!-- results-textarena:end -->", page, re.S)
+    assert block is not None, "docs/results.md has no results-textarena block"
+    md = results_textarena.report(units)
+    assert results_textarena.docs_section(md, units).strip() == block.group(1).strip()
