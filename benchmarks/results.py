@@ -246,6 +246,44 @@ def write_json(path: str, data: Any) -> None:
     os.replace(path + ".tmp", path)
 
 
+def unit_parser(description: str, name: str, units: str, only_example: str) -> argparse.ArgumentParser:
+    """The arguments of a runner whose stages write unit files (`make <name>`): `--out`, `--units`,
+    `--model-dir`, `--only`, `--smoke`, `--docs`, `--docs-only`. The runner adds its own, then parses with
+    `unit_args`."""
+    p = argparse.ArgumentParser(description=description)
+    p.add_argument("--out", default=os.path.join(ROOT, "outputs", name),
+                   help="weights, checkpoints and the report (not committed)")
+    p.add_argument("--units", default=None, help=f"the unit files (default {units}; --smoke: OUT-smoke/units)")
+    p.add_argument("--model-dir", default=os.path.join(ROOT, "outputs", "smollm2-135m-instruct"),
+                   help="SmolLM2-135M-Instruct as a Hugging Face dir (converted from the GGUF when missing)")
+    p.add_argument("--only", nargs="+", default=None,
+                   help=f"stages whose key has all the parts of one of these: {only_example}")
+    p.add_argument("--smoke", action="store_true", help="toy sizes on a tiny model, into <out>-smoke")
+    p.add_argument("--docs", action="store_true", help=f"rewrite the {name} block of docs/results.md")
+    p.add_argument("--docs-only", action="store_true", help="run nothing: rebuild the report from the units")
+    return p
+
+
+def unit_args(parser: argparse.ArgumentParser, argv: list[str], units: str) -> argparse.Namespace:
+    """Parse `argv`; `--smoke` writes into `<out>-smoke` (units in its `units/`) and never the docs."""
+    args = parser.parse_args(argv)
+    if args.smoke:
+        args.out += "-smoke"
+        args.docs = False  # toy numbers never replace the published section
+    args.units = args.units or (os.path.join(args.out, "units") if args.smoke else units)
+    return args
+
+
+def publish_units(args: argparse.Namespace, units: dict[str, Any], report: Any, block: str, section: Any) -> int:
+    """The report of `units` (`report(units)`) into `--out`, and with `--docs` its `section(md, units)` into
+    the `block` of docs/results.md; exit when there are no units."""
+    if not units:
+        raise SystemExit(f"no unit files under {args.units}; run some units first")
+    md = report(units)
+    publish(args.out, md, block if args.docs else None, section(md, units))
+    return 0
+
+
 def publish(out: str, md: str, block: str | None = None, section: str = "") -> None:
     """Write the report `md` to `out/results.md` and print it; with `block`, put `section` into that block of
     docs/results.md (`replace_block`)."""

@@ -54,7 +54,8 @@ from comlrl_env.benchmark import evaluate_policy  # noqa: E402
 from comlrl_env.intervals import t_quantile  # noqa: E402
 from learners import MAGRPO, MAGRPOConfig  # noqa: E402
 from learners.models.policy import AgentPolicy  # noqa: E402
-from results import EVAL_SEED, LORA, SAMPLING, curve, fit, publish, smollm2, write_json  # noqa: E402
+from results import (EVAL_SEED, LORA, SAMPLING, curve, fit, publish_units, smollm2, unit_args,  # noqa: E402
+                     unit_parser, write_json)
 from results_coop import selected  # noqa: E402  (--only: the same rule over the parts of a stage key)
 
 FAMILIES = {"course_schedule": {}, "syllogism": {}}  # reasoning-gym dataset: its config (defaults)
@@ -284,25 +285,11 @@ def report(units: dict[str, dict[str, Any]]) -> str:
 
 
 def parse(argv: list[str]) -> argparse.Namespace:
-    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    p.add_argument("--out", default=os.path.join(ROOT, "outputs", "results-reasoning"),
-                   help="weights, checkpoints and the report (not committed)")
-    p.add_argument("--units", default=None, help=f"the unit files (default {UNITS}; --smoke: OUT-smoke/units)")
-    p.add_argument("--model-dir", default=os.path.join(ROOT, "outputs", "smollm2-135m-instruct"),
-                   help="SmolLM2-135M-Instruct as a Hugging Face dir (converted from the GGUF when missing)")
-    p.add_argument("--only", nargs="+", default=None,
-                   help="stages whose key has all the parts of one of these: syllogism, seed0/debate")
+    p = unit_parser(__doc__.split("\n\n")[0], "results-reasoning", UNITS, "syllogism, seed0/debate")
     p.add_argument("--budget", type=int, default=None, help=f"completions per trained condition ({BUDGET})")
-    p.add_argument("--smoke", action="store_true", help="toy sizes on a tiny model, into <out>-smoke")
-    p.add_argument("--docs", action="store_true", help="rewrite the results-reasoning block of docs/results.md")
-    p.add_argument("--docs-only", action="store_true", help="run nothing: rebuild the report from the units")
-    args = p.parse_args(argv)
+    args = unit_args(p, argv, UNITS)
     args.episodes = 8 if args.smoke else EVAL_EPISODES
     args.budget = args.budget or (32 if args.smoke else BUDGET)
-    if args.smoke:
-        args.out += "-smoke"
-        args.docs = False  # toy numbers never replace the published section
-    args.units = args.units or (os.path.join(args.out, "units") if args.smoke else UNITS)
     return args
 
 
@@ -320,12 +307,7 @@ def main(argv: list[str] | None = None) -> int:
             print(f"[{time.perf_counter() - start:6.0f} s] {stage_key(family, seed, cond)}: train "
                   f"{unit['seconds_train']:.0f} s, eval {unit['seconds_eval']:.0f} s; held-out reward "
                   f"{unit['sampled']['reward_mean']:.3f}", flush=True)
-    units = load_units(args.units)
-    if not units:
-        raise SystemExit(f"no unit files under {args.units}; run some units first")
-    md = report(units)
-    publish(args.out, md, "results-reasoning" if args.docs else None, docs_section(md, units))
-    return 0
+    return publish_units(args, load_units(args.units), report, "results-reasoning", docs_section)
 
 
 def docs_section(md: str, units: dict[str, dict[str, Any]]) -> str:
