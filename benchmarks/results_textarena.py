@@ -7,7 +7,7 @@
 
 One game, `GAME` (TextArena's TicTacToe-v0): the model holds seat 0 (player 0, who moves first) and
 `TextArenaBot("random")` seat 1, which plays a random one of the squares its view lists as free. The
-untrained model wins almost no game: about 1 answer in 5 is one bracketed free square, and in evaluation
+untrained model wins no game: about 1 answer in 8 is one bracketed free square, and in evaluation
 an invalid answer forfeits (return -1, counted apart from losses). Rewards at the end: +1 win, 0 draw, -1
 loss. Views keep the rules and the latest messages that fit `VIEW_CHARS` (the latest board or two).
 
