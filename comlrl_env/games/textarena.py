@@ -82,7 +82,7 @@ import numpy as np
 
 from comlrl_env.base import AgentID
 from comlrl_env.games.base import TextGameEnv
-from comlrl_env.games.textarena_bots import Message, TextArenaBot, fill_placeholders, listed_moves
+from comlrl_env.games.textarena_bots import Message, TextArenaBot, listed_moves, random_listed_move
 from comlrl_env.games.textarena_games import ALLOWED, REFUSED, game_spec
 from comlrl_env.policies import FixedPolicy
 from comlrl_env.registry import EnvNotFound
@@ -373,8 +373,7 @@ class TextArenaEnv(TextGameEnv):
         where the view lists a format rather than the legal moves, it can be invalid too, and forfeits."""
         if self.invalid_action != "random":
             return None
-        moves, rng = listed_moves(self.seat_messages(agent)), self.task["fallback"]
-        return fill_placeholders(moves[int(rng.integers(len(moves)))], rng)
+        return random_listed_move(self.seat_messages(agent), self.task["fallback"])
 
     def _team_game(self) -> bool:
         """True when a team of this episode has two seats or more (SecretMafia, Taboo)."""

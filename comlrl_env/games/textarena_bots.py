@@ -94,6 +94,13 @@ def listed_moves(messages: Sequence[Message]) -> list[str]:
     return _tokens(rules, quoted_first=True)
 
 
+def random_listed_move(messages: Sequence[Message], rng: np.random.Generator) -> str | None:
+    """A uniformly random one of the moves `messages` list (`listed_moves`), placeholders filled from `rng`;
+    None when they list none."""
+    moves = listed_moves(messages)
+    return fill_placeholders(moves[int(rng.integers(len(moves)))], rng) if moves else None
+
+
 class TextArenaBot(FixedPolicy):
     """A scripted player for TextArena seats: "random" plays a uniformly random move of those the seat's view
     lists (`listed_moves`, placeholders filled by `fill_placeholders`), or `fallback` when it lists none.
@@ -123,10 +130,8 @@ class TextArenaBot(FixedPolicy):
                             f"TextArenaEnv has), got a {type(env).__name__}.")
         if agent not in env.to_move():
             return ""  # not to move: the env ignores this text
-        moves = listed_moves(env.seat_messages(agent))
-        if not moves:
-            return self.fallback
-        return fill_placeholders(moves[int(self.rng.integers(len(moves)))], self.rng)
+        move = random_listed_move(env.seat_messages(agent), self.rng)
+        return self.fallback if move is None else move
 
     def describe(self) -> dict[str, Any]:
         return {"policy": "textarena_bot", "kind": self.kind, "seed": self.seed}

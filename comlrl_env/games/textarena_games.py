@@ -72,8 +72,8 @@ ALLOWED: dict[str, dict[str, Any]] = {
 """Game -> `players` (the player counts it is checked with; the first is the default), `num_turns` and `settings`
 (TextArena keyword arguments given by default; `make(..., **kwargs)` overrides them; none so far).
 
-`num_turns` is the env's step cap under `invalid_action="forfeit"` or "random" (twice it under "retry"): the most moves the
-game's rules allow at its default settings and largest player count (TicTacToe 9, KuhnPoker's 3 rounds 9,
+`num_turns` is the env's step cap under `invalid_action="forfeit"` or "random" (twice it under "retry"): the
+most moves the game's rules allow at its default settings and largest player count (TicTacToe 9, KuhnPoker's 3 rounds 9,
 Taboo's 4 rounds of 6 attempts per guesser 72), with a step or two of margin where TextArena's own turn limit
 lets one more move through; 150 where the rules set no bound (Golf, HighSociety's tied bids, IndianPoker's
 raises, LinesOfAction, PigDice's rolls, Tak, LiarsDice), 250 for SecretMafia (8 players). Other settings
