@@ -85,7 +85,6 @@ from comlrl_env.games.base import TextGameEnv
 from comlrl_env.games.textarena_bots import Message, TextArenaBot, listed_moves, random_listed_move
 from comlrl_env.games.textarena_games import ALLOWED, REFUSED, game_spec
 from comlrl_env.policies import FixedPolicy
-from comlrl_env.registry import EnvNotFound
 
 __all__ = ["ALLOWED", "INVALID_MOVE_MODES", "REFUSED", "TextArenaBot", "TextArenaEnv", "game_spec", "listed_moves"]
 
