@@ -40,7 +40,7 @@ def test_smoke_units_hold_every_move_of_every_episode_and_are_not_run_twice(caps
     capsys.readouterr()
     assert results_textarena.main(args) == 0  # every unit exists: nothing runs again
     assert (units / "trained.json").stat().st_mtime_ns == stamp
-    assert "| trained (16 games) | 0 |" in capsys.readouterr().out
+    assert f"| trained ({2 * results_textarena.GROUP} games) | 0 |" in capsys.readouterr().out
 
 
 def test_seat_zeros_outcome_is_a_forfeit_before_it_is_a_loss():
