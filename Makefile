@@ -34,7 +34,7 @@ test-fsdp: $(STAMP)
 # `--max-restarts` after a kill resumes to the uninterrupted run (data parallel and FSDP2), and two ranks
 # preempted by SIGTERM; about three minutes on 2 cores.
 test-torchrun: $(STAMP)
-	$(BIN)/python -m pytest -q -m 'torchrun and not slow' tests/test_restarts.py tests/test_preemption.py
+	$(BIN)/python -m pytest -q -m 'torchrun and not slow' tests/test_distributed.py tests/test_restarts.py tests/test_preemption.py
 
 # Every dataset of the external suites (reasoning-gym) through check_env and check_task; the default suite
 # checks a sample. About a minute on 2 cores.

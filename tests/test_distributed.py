@@ -12,6 +12,8 @@ from pathlib import Path
 import pytest
 from procs import child_env
 
+pytestmark = pytest.mark.torchrun  # two processes per run: `make test-torchrun`, out of the default suite
+
 EXAMPLE = Path(__file__).resolve().parent.parent / "examples" / "distributed.py"
 
 
