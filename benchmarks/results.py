@@ -36,6 +36,7 @@ import importlib.util
 import json
 import os
 import platform
+import re
 import shutil
 import sys
 import time
@@ -307,6 +308,13 @@ def replace_block(path: str, name: str, text: str) -> None:
         new = (old.rstrip() + "\n\n" if old.strip() else "") + block + "\n"
     with open(path, "w", encoding="utf-8") as f:
         f.write(new)
+
+
+def read_block(path: str, name: str) -> str | None:
+    """The text `replace_block` put between the `name` marks of `path` (None: the file has no such block)."""
+    page = open(path, encoding="utf-8").read()
+    found = re.search(rf"<!-- {re.escape(name)}:begin -->\n(.*?)\n?<!-- {re.escape(name)}:end -->", page, re.S)
+    return None if found is None else found.group(1)
 
 
 # ----- 5. table and curves ---------------------------------------------------------------------------------

@@ -235,6 +235,7 @@ def test_replace_block_keeps_the_rest_of_the_page(tmp_path):
     results.replace_block(str(page), "coop", "table v2")
     assert page.read_text() == ("# Title\n\nhand-written\n\n<!-- coop:begin -->\ntable v2\n<!-- coop:end -->\n\n"
                                 "<!-- other:begin -->\nB\n<!-- other:end -->\n")
+    assert results.read_block(str(page), "coop") == "table v2" and results.read_block(str(page), "none") is None
 
 
 # ----- the scripted own-part baseline -----------------------------------------------------------------------

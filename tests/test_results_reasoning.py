@@ -6,7 +6,6 @@ hand; and the committed results page is what the committed unit files give."""
 from __future__ import annotations
 
 import json
-import re
 import sys
 from pathlib import Path
 
@@ -16,6 +15,7 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT / "benchmarks"))
 pytest.importorskip("reasoning_gym")
 import results_reasoning  # noqa: E402
+from results import read_block  # noqa: E402
 
 from comlrl_env.qa import VerifiedQA, plain_answer  # noqa: E402
 
@@ -55,8 +55,6 @@ def test_the_finalizer_copies_corrects_spoils_or_changes_the_proposal():
 def test_the_results_page_is_what_the_committed_units_give():
     units = results_reasoning.load_units(results_reasoning.UNITS)
     assert units, f"no unit files under {results_reasoning.UNITS}: the page's table has nothing behind it"
-    page = (ROOT / "docs" / "results.md").read_text()
-    block = re.search(r"<!-- results-reasoning:begin -->\n(.*?)<!-- results-reasoning:end -->", page, re.S)
+    block = read_block(str(ROOT / "docs" / "results.md"), "results-reasoning")
     assert block is not None, "docs/results.md has no results-reasoning block"
-    md = results_reasoning.report(units)
-    assert results_reasoning.docs_section(md, units).strip() == block.group(1).strip()
+    assert results_reasoning.docs_section(results_reasoning.report(units), units).strip() == block.strip()

@@ -6,7 +6,6 @@ committed unit files give."""
 from __future__ import annotations
 
 import json
-import re
 import sys
 from pathlib import Path
 
@@ -17,6 +16,7 @@ sys.path.insert(0, str(ROOT / "benchmarks"))
 pytest.importorskip("textarena")
 import coop_report  # noqa: E402
 import results_textarena  # noqa: E402
+from results import read_block  # noqa: E402
 
 
 def test_smoke_units_hold_every_move_of_every_episode_and_are_not_run_twice(capsys, tiny_dir, tmp_path):
@@ -55,8 +55,6 @@ def test_seat_zeros_outcome_is_a_forfeit_before_it_is_a_loss():
 def test_the_results_page_is_what_the_committed_units_give():
     units = results_textarena.load_units(results_textarena.UNITS)
     assert units, f"no unit files under {results_textarena.UNITS}: the page's table has nothing behind it"
-    page = (ROOT / "docs" / "results.md").read_text()
-    block = re.search(r"<!-- results-textarena:begin -->\n(.*?)<!-- results-textarena:end -->", page, re.S)
+    block = read_block(str(ROOT / "docs" / "results.md"), "results-textarena")
     assert block is not None, "docs/results.md has no results-textarena block"
-    md = results_textarena.report(units)
-    assert results_textarena.docs_section(md, units).strip() == block.group(1).strip()
+    assert results_textarena.docs_section(results_textarena.report(units), units).strip() == block.strip()
